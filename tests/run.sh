@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Handraise's test command: idempotently set up a Debian machine (Python test
+# extras, Chromium, local PostgreSQL), then run pytest with any given arguments.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
+cd "$repo_root"
+
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q -e '.[test]'
+
+chromium=/usr/lib/chromium/chromium
+if [ ! -x "$chromium" ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: installing Debian's chromium for the browser tests" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    else
+        echo "run.sh: $chromium is missing; browser tests will skip (fail with CI=true)." >&2
+        echo "run.sh: install it with: sudo apt-get update && sudo apt-get install -y chromium" >&2
+    fi
+fi
+
+postgres_answers() {
+    if command -v pg_isready >/dev/null 2>&1; then
+        pg_isready -q -h 127.0.0.1 -p 5432
+    else
+        python3 -c 'import socket; socket.create_connection(("127.0.0.1", 5432), timeout=2).close()' 2>/dev/null
+    fi
+}
+
+if ! postgres_answers; then
+    if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+        # Containers have no systemd, hence the redirect skip.
+        for version in $(ls /etc/postgresql); do
+            echo "run.sh: starting PostgreSQL $version" >&2
+            pg_ctlcluster --skip-systemctl-redirect "$version" main start \
+                || echo "run.sh: could not start PostgreSQL $version (try as root or the postgres user)" >&2
+        done
+    else
+        echo "run.sh: PostgreSQL does not answer on 127.0.0.1:5432; its tests will skip or fail." >&2
+    fi
+fi
+
+exec python3 -m pytest "$@"
