@@ -1,0 +1,191 @@
+"""The API's shapes: request bodies (validated, ``extra="forbid"``) and the views returned to callers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Kind = Literal["input", "approval", "choice"]
+Status = Literal["pending", "answered", "expired", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"answered", "expired", "cancelled"})
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class CreateRequestBody(BaseModel):
+    """The body of ``POST /v1/requests`` and of the blocking ``POST /v1/human-feedback``."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+    unique_id: str = Field(min_length=1, max_length=200)
+    message_for_user: str = Field(min_length=1)
+    timeout_seconds: int | None = Field(default=None)
+    # ``schema`` shadows a pydantic attribute, hence the alias.
+    form_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    kind: Kind = "input"
+    sensitive: bool = False
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    channels: list[str] | None = Field(default=None, max_length=16)
+
+    @field_validator("unique_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("must be printable, without leading or trailing spaces")
+        return value
+
+    @field_validator("message_for_user")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
+        """What makes two creates 'the same body': every field, defaults filled in."""
+        return {
+            "unique_id": self.unique_id,
+            "message_for_user": self.message_for_user,
+            "timeout_seconds": timeout_seconds,
+            "schema": self.form_schema,
+            "kind": self.kind,
+            "sensitive": self.sensitive,
+            "run_id": self.run_id,
+            "channels": sorted(self.channels) if self.channels is not None else None,
+        }
+
+
+class SubmitBody(BaseModel):
+    """``POST /api/human-feedback/submit``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unique_id: str = Field(min_length=1, max_length=200)
+    response: Any = None
+
+
+class LinkBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipient: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    channel: str
+    target: str
+    status: str
+    attempts: int
+    last_error: str | None
+    updated_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel": self.channel, "target": self.target, "status": self.status, "attempts": self.attempts,
+                "last_error": self.last_error, "updated_at": iso(self.updated_at)}
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A request as it stands. ``response`` is None unless answered (and, if sensitive, not yet purged)."""
+
+    id: str
+    tenant_id: str
+    unique_id: str
+    status: str
+    message_for_user: str
+    schema: dict[str, Any] | None
+    kind: str
+    sensitive: bool
+    run_id: str | None
+    channels: list[str]
+    created_at: float
+    expires_at: float
+    created_by: str
+    response: Any = None
+    response_purged: bool = False
+    response_sha256: str | None = None
+    resolved_by: str | None = None
+    resolved_via: str | None = None
+    resolved_at: float | None = None
+    deliveries: list[DeliveryView] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def has_response(self) -> bool:
+        return self.status == "answered" and not self.response_purged
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], *, deliveries: list[dict[str, Any]] | None = None) -> RequestView:
+        return cls(
+            id=row["id"], tenant_id=row["tenant_id"], unique_id=row["unique_id"], status=row["status"],
+            message_for_user=row["message_for_user"],
+            schema=json.loads(row["form_schema_json"]) if row["form_schema_json"] else None,
+            kind=row["kind"], sensitive=bool(row["sensitive"]), run_id=row["run_id"],
+            channels=json.loads(row["channels_json"]), created_at=row["created_at"], expires_at=row["expires_at"],
+            created_by=row["created_by"],
+            response=json.loads(row["response_json"]) if row["response_json"] is not None else None,
+            response_purged=bool(row["response_purged"]), response_sha256=row["response_sha256"],
+            resolved_by=row["resolved_by"], resolved_via=row["resolved_via"], resolved_at=row["resolved_at"],
+            deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
+                                     d["updated_at"]) for d in (deliveries or [])],
+        )
+
+    def to_json(self, *, include_response: bool) -> dict[str, Any]:
+        """The API shape. ``include_response`` is False for events and for anyone but the asking side."""
+        out: dict[str, Any] = {
+            "id": self.id, "unique_id": self.unique_id, "status": self.status,
+            "message_for_user": self.message_for_user, "schema": self.schema, "kind": self.kind,
+            "sensitive": self.sensitive, "run_id": self.run_id, "channels": self.channels,
+            "created_at": iso(self.created_at), "expires_at": iso(self.expires_at),
+        }
+        if self.status == "answered":
+            out["answered_by"] = self.resolved_by
+            out["answered_at"] = iso(self.resolved_at)
+            out["answered_via"] = self.resolved_via
+            if include_response and not self.response_purged:
+                out["response"] = self.response
+            if self.response_purged:
+                out["response_deleted"] = True
+        elif self.status == "cancelled":
+            out["cancelled_by"] = self.resolved_by
+            out["cancelled_at"] = iso(self.resolved_at)
+        elif self.status == "expired":
+            out["expired_at"] = iso(self.resolved_at)
+        out["deliveries"] = [d.to_json() for d in self.deliveries]
+        return out
+
+    def event_json(self) -> dict[str, Any]:
+        """Safe for every ``read`` key of the tenant: a sensitive response never appears."""
+        return self.to_json(include_response=not self.sensitive)
+
+
+@dataclass(frozen=True)
+class LinkView:
+    id: str
+    tenant_id: str
+    request_id: str
+    recipient: str | None
+    created_at: float
+    used_at: float | None
+
+
+@dataclass(frozen=True)
+class MintedLink:
+    link_id: str
+    token: str
+    url: str
+    expires_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "expires_at": iso(self.expires_at)}

@@ -1,0 +1,139 @@
+"""The application factory: wires settings, store, service, HTTP routes and connectors; nothing at import time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+from core.appkeys import (
+    BUS,
+    CONNECTORS,
+    DISPATCHER,
+    HTTP_SESSION,
+    INSTANCE_ID,
+    KEYRING,
+    SERVICE,
+    SETTINGS,
+    STORE,
+)
+from core.config import Settings
+from core.connectors import Connector, load_enabled
+from core.dispatch import Dispatcher
+from core.events import EventBus, PostgresListener
+from core.http import events as events_routes
+from core.http import health, openapi
+from core.http import requests as request_routes
+from core.http.auth import Keyring
+from core.http.middleware import error_middleware
+from core.service import RequestService
+from core.store import NOTIFY_CHANNEL, Store
+
+log = logging.getLogger(__name__)
+
+
+async def create_app(settings: Settings, *, connector_classes: list[type[Connector]] | None = None,
+                     instance_id: str | None = None) -> web.Application:
+    """Build the application. Connectors default to the enabled ones found by entry point."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
+    instance_id = instance_id or secrets.token_hex(6)
+    store = Store(url=settings.storage.url)
+    bus = EventBus(instance_id=instance_id)
+    service = RequestService(settings=settings, store=store, bus=bus)
+    http = ClientSession(timeout=ClientTimeout(total=30))
+    app[SETTINGS] = settings
+    app[STORE] = store
+    app[BUS] = bus
+    app[SERVICE] = service
+    app[INSTANCE_ID] = instance_id
+    app[KEYRING] = Keyring(settings=settings, store=store)
+    app[HTTP_SESSION] = http
+
+    for table in (health.routes, openapi.routes, request_routes.routes, events_routes.routes):
+        app.router.add_routes(table)
+
+    classes = load_enabled(settings) if connector_classes is None else connector_classes
+    connectors: dict[str, Connector] = {}
+    for cls in classes:
+        connector = cls(settings=cls.load_settings(settings), service=service, http=http,
+                        log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings)
+        connectors[cls.name] = connector
+        defs = connector.routes()
+        if defs:
+            prefix = cls.mount_prefix if cls.mount_prefix is not None else f"/bots/{cls.name}"
+            if prefix:
+                sub = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
+                sub.add_routes(defs)
+                app.add_subapp(prefix, sub)
+            else:
+                app.router.add_routes(defs)
+    app[CONNECTORS] = connectors
+    service.channels = set(connectors) | {"web"}
+    app[DISPATCHER] = Dispatcher(service=service, connectors=connectors)
+
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_listener_ctx)
+    app.cleanup_ctx.append(_sweeper_ctx)
+    app.cleanup_ctx.append(_connectors_ctx)
+    return app
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    await app[STORE].open()
+    yield
+    await app[HTTP_SESSION].close()
+    await app[STORE].close()
+
+
+async def _listener_ctx(app: web.Application) -> AsyncIterator[None]:
+    store = app[STORE]
+    if not store.is_postgres:
+        yield
+        return
+    service = app[SERVICE]
+
+    async def resync() -> None:
+        service.wake_all()
+
+    listener = PostgresListener(dsn=store.asyncpg_dsn(), channel=NOTIFY_CHANNEL, bus=app[BUS], on_reconnect=resync)
+    task = asyncio.get_running_loop().create_task(listener.run(), name="pg-listener")
+    # Start serving only once we hear other instances: no answer committed there is missed.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(listener.connected.wait(), timeout=10)
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _sweeper_ctx(app: web.Application) -> AsyncIterator[None]:
+    service = app[SERVICE]
+    task = asyncio.get_running_loop().create_task(
+        service.run_sweeper(app[SETTINGS].limits.sweep_interval_seconds), name="sweeper")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _connectors_ctx(app: web.Application) -> AsyncIterator[None]:
+    dispatcher = app[DISPATCHER]
+    started: list[Connector] = []
+    try:
+        for connector in app[CONNECTORS].values():
+            await connector.start()
+            started.append(connector)
+            log.info("connector started", extra={"connector": connector.name})
+        dispatcher.start()
+        yield
+    finally:
+        await dispatcher.stop()
+        for connector in reversed(started):
+            try:
+                await connector.stop()
+            except Exception:
+                log.exception("connector stop failed", extra={"connector": connector.name})

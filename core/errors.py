@@ -1,0 +1,151 @@
+"""Handraise's error tree: every failure the API can report, with its code and status.
+
+One middleware (``core/http/middleware.py``) turns these into
+``{"error": {"code", "message", "details"?}}``; the code strings are the API's.
+
+    HandraiseError (500 internal)
+    ├── ConfigError                      bad configuration (never reaches HTTP)
+    ├── ConnectorError                   a messenger library failed (wrapped once)
+    ├── BadRequestError (400 bad_request)            malformed JSON, bad query
+    ├── UnauthorizedError (401 unauthorized)         no or unknown key
+    ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
+    ├── NotFoundError (404 not_found)                absent, or another tenant's
+    ├── ConflictError (409 conflict)                 same unique_id, other body, pending
+    │   ├── UniqueIdReusedError (409 unique_id_reused)
+    │   ├── AlreadyAnsweredError (409 already_answered)
+    │   └── NotPendingError (409 not_pending)        cancel of a terminal request
+    ├── GoneError (410 gone)
+    │   ├── ExpiredError (410 expired)
+    │   ├── RequestCancelledError (410 cancelled)
+    │   └── LinkUsedError (410 link_used)
+    ├── PayloadTooLargeError (413 payload_too_large)
+    ├── ValidationFailedError (422 validation_error) a body field is wrong
+    │   ├── InvalidSchemaError (422 invalid_schema)
+    │   └── InvalidAnswerError (422 invalid_answer)  details: [{"field", "message"}]
+    ├── RateLimitedError (429 rate_limited)
+    ├── CapabilityNotProvidedError (501 capability_not_provided)
+    └── UnavailableError (503 unavailable)           the store does not answer
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HandraiseError(Exception):
+    code: str = "internal"
+    status: int = 500
+
+    def __init__(self, message: str = "", *, details: Any = None) -> None:
+        super().__init__(message or self.code.replace("_", " "))
+        self.message = message or self.code.replace("_", " ")
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return {"error": body}
+
+
+class ConfigError(HandraiseError):
+    code = "config"
+
+
+class ConnectorError(HandraiseError):
+    code = "connector"
+    status = 502
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        # Honoured by the delivery retry loop (Telegram RetryAfter, Slack Retry-After).
+        self.retry_after = retry_after
+        # A permanent failure (chat not found, bad token) is not retried.
+        self.permanent = permanent
+
+
+class BadRequestError(HandraiseError):
+    code = "bad_request"
+    status = 400
+
+
+class UnauthorizedError(HandraiseError):
+    code = "unauthorized"
+    status = 401
+
+
+class ForbiddenError(HandraiseError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFoundError(HandraiseError):
+    code = "not_found"
+    status = 404
+
+
+class ConflictError(HandraiseError):
+    code = "conflict"
+    status = 409
+
+
+class UniqueIdReusedError(ConflictError):
+    code = "unique_id_reused"
+
+
+class AlreadyAnsweredError(ConflictError):
+    code = "already_answered"
+
+
+class NotPendingError(ConflictError):
+    code = "not_pending"
+
+
+class GoneError(HandraiseError):
+    code = "gone"
+    status = 410
+
+
+class ExpiredError(GoneError):
+    code = "expired"
+
+
+class RequestCancelledError(GoneError):
+    code = "cancelled"
+
+
+class LinkUsedError(GoneError):
+    code = "link_used"
+
+
+class PayloadTooLargeError(HandraiseError):
+    code = "payload_too_large"
+    status = 413
+
+
+class ValidationFailedError(HandraiseError):
+    code = "validation_error"
+    status = 422
+
+
+class InvalidSchemaError(ValidationFailedError):
+    code = "invalid_schema"
+
+
+class InvalidAnswerError(ValidationFailedError):
+    code = "invalid_answer"
+
+
+class RateLimitedError(HandraiseError):
+    code = "rate_limited"
+    status = 429
+
+
+class CapabilityNotProvidedError(HandraiseError):
+    code = "capability_not_provided"
+    status = 501
+
+
+class UnavailableError(HandraiseError):
+    code = "unavailable"
+    status = 503

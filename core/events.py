@@ -1,0 +1,186 @@
+"""In-process event bus, fed across instances by PostgreSQL LISTEN/NOTIFY.
+
+An event names what happened (``request.created``, ``request.resolved``,
+``run.annotated``) and carries a JSON-ready ``data`` that is already safe to
+show a ``read`` key of its tenant: no sensitive response ever enters one.
+Subscribers get their own bounded queue; a slow subscriber loses its oldest
+events (and is told so) rather than slowing the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+REQUEST_CREATED = "request.created"
+REQUEST_RESOLVED = "request.resolved"
+RUN_ANNOTATED = "run.annotated"
+
+# Rebuilds an event's data from the store when it arrives from another instance:
+# (tenant_id, object id) -> data, or None when the object is gone.
+Loader = Callable[[str, str], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    tenant_id: str
+    object_id: str
+    data: dict[str, Any]
+    run_id: str | None = None
+    # True on the instance where it happened: only there do connectors act on it.
+    local: bool = True
+    seq: int = 0
+
+
+@dataclass(eq=False)
+class Subscription:
+    tenant_id: str | None
+    types: frozenset[str] | None
+    run_id: str | None
+    queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(maxsize=1000))
+    dropped: int = 0
+
+    def matches(self, ev: Event) -> bool:
+        if self.tenant_id is not None and ev.tenant_id != self.tenant_id:
+            return False
+        if self.types is not None and ev.type not in self.types:
+            return False
+        return self.run_id is None or ev.run_id == self.run_id
+
+    def offer(self, ev: Event) -> None:
+        if self.queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.dropped += 1
+        self.queue.put_nowait(ev)
+
+
+class EventBus:
+    def __init__(self, *, instance_id: str) -> None:
+        self.instance_id = instance_id
+        self._subs: set[Subscription] = set()
+        self._loaders: dict[str, Loader] = {}
+        self._seq = itertools.count(1)
+        self._listeners: list[Callable[[Event], Awaitable[None] | None]] = []
+
+    def register_loader(self, event_type: str, loader: Loader) -> None:
+        self._loaders[event_type] = loader
+
+    def add_listener(self, fn: Callable[[Event], Awaitable[None] | None]) -> None:
+        """A callback for every event (internal consumers such as waiters and the dispatcher)."""
+        self._listeners.append(fn)
+
+    def publish(self, ev: Event) -> None:
+        ev = Event(ev.type, ev.tenant_id, ev.object_id, ev.data, ev.run_id, ev.local, next(self._seq))
+        for sub in list(self._subs):
+            if sub.matches(ev):
+                sub.offer(ev)
+        for fn in self._listeners:
+            try:
+                result = fn(ev)
+                if asyncio.iscoroutine(result):
+                    task = asyncio.get_running_loop().create_task(result)
+                    task.add_done_callback(_log_failure)
+            except Exception:
+                log.exception("event listener failed", extra={"event": ev.type})
+
+    @contextlib.contextmanager
+    def subscribe(self, *, tenant_id: str | None, types: set[str] | None = None,
+                  run_id: str | None = None) -> Any:
+        sub = Subscription(tenant_id, frozenset(types) if types else None, run_id)
+        self._subs.add(sub)
+        try:
+            yield sub
+        finally:
+            self._subs.discard(sub)
+
+    async def stream(self, **filters: Any) -> AsyncIterator[Event]:
+        with self.subscribe(**filters) as sub:
+            while True:
+                yield await sub.queue.get()
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subs)
+
+    def notify_payload(self, ev: Event) -> dict[str, Any]:
+        """What crosses instances: ids only (NOTIFY payloads are small and logged by PostgreSQL)."""
+        return {"type": ev.type, "tenant_id": ev.tenant_id, "id": ev.object_id, "run_id": ev.run_id,
+                "origin": self.instance_id}
+
+    async def on_notify(self, payload: str) -> None:
+        try:
+            msg = json.loads(payload)
+            if msg.get("origin") == self.instance_id:
+                return
+            loader = self._loaders.get(msg["type"])
+            if loader is None:
+                return
+            data = await loader(msg["tenant_id"], msg["id"])
+        except Exception:
+            log.exception("bad notification")
+            return
+        if data is not None:
+            self.publish(Event(msg["type"], msg["tenant_id"], msg["id"], data, msg.get("run_id"), local=False))
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("event listener failed", exc_info=task.exception())
+
+
+class PostgresListener:
+    """Holds one asyncpg connection LISTENing on the events channel; reconnects with backoff."""
+
+    def __init__(self, *, dsn: str, channel: str, bus: EventBus,
+                 on_reconnect: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._dsn = dsn
+        self._channel = channel
+        self._bus = bus
+        self._on_reconnect = on_reconnect
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        import asyncpg
+
+        delay = 0.1
+        first = True
+        while True:
+            conn = None
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                closed = asyncio.Event()
+                conn.add_termination_listener(lambda _c: closed.set())
+                await conn.add_listener(self._channel, self._handle)
+                self.connected.set()
+                if not first and self._on_reconnect is not None:
+                    # Anything resolved while we were deaf is re-read from the store.
+                    await self._on_reconnect()
+                first = False
+                delay = 0.1
+                await closed.wait()
+                log.warning("event listener connection lost; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("event listener cannot connect: %s", type(e).__name__)
+            finally:
+                self.connected.clear()
+                if conn is not None and not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _handle(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._bus.on_notify(payload))
+        task.add_done_callback(_log_failure)

@@ -1,0 +1,140 @@
+"""The OpenAPI 3.1 document served at ``/openapi.json``; a test keeps it in step with the routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+routes = web.RouteTableDef()
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_REQUEST = {"$ref": "#/components/schemas/Request"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    words = {400: "Malformed JSON or query", 401: "No or unknown key", 403: "Wrong scope",
+             404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone", 413: "Body too large",
+             422: "Invalid body, schema or answer", 501: "Capability not provided"}
+    return {str(s): _json(_ERROR, words[s]) for s in statuses}
+
+
+def _op(summary: str, *, scopes: list[str] | None, ok: dict[str, Any], errors: tuple[int, ...] = (),
+        body: dict[str, Any] | None = None, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {**ok, **_errors(*errors)}}
+    op["security"] = [{"bearer": scopes}] if scopes else []
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    if params:
+        op["parameters"] = params
+    return op
+
+
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_RUN = {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}}
+_CREATE = {"$ref": "#/components/schemas/CreateRequest"}
+
+PATHS: dict[str, dict[str, Any]] = {
+    "/healthz": {"get": _op("Liveness and store check", scopes=None,
+                            ok={"200": {"description": "Serving"}, "503": {"description": "Store unavailable"}})},
+    "/openapi.json": {"get": _op("This document", scopes=None, ok={"200": {"description": "OpenAPI 3.1"}})},
+    "/v1/requests": {
+        "post": _op("Create a request (idempotent on unique_id)", scopes=["ask"], body=_CREATE,
+                    ok={"201": _json(_REQUEST, "Created"), "200": _json(_REQUEST, "Same unique_id, same body")},
+                    errors=(400, 401, 403, 409, 413, 422)),
+        "get": _op("List this tenant's requests", scopes=["read", "ask"],
+                   params=[{"name": "status", "in": "query", "schema": {"type": "string"}},
+                           {"name": "run_id", "in": "query", "schema": {"type": "string"}},
+                           {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+                   ok={"200": _json({"type": "object"}, "Requests")}, errors=(400, 401, 403)),
+    },
+    "/v1/requests/{id}": {"get": _op("A request as it stands", scopes=["ask", "read"], params=[_ID],
+                                     ok={"200": _json(_REQUEST, "The request")}, errors=(401, 403, 404))},
+    "/v1/requests/{id}/wait": {"get": _op(
+        "Long-poll until terminal (timeout capped at limits.max_wait_seconds)", scopes=["ask"],
+        params=[_ID, {"name": "timeout", "in": "query", "schema": {"type": "number", "minimum": 0}}],
+        ok={"200": _json(_REQUEST, "The request, terminal or as it stands at the timeout")},
+        errors=(400, 401, 403, 404))},
+    "/v1/requests/{id}/cancel": {"post": _op("Cancel a pending request", scopes=["ask"], params=[_ID],
+                                             ok={"200": _json(_REQUEST, "Cancelled")}, errors=(401, 403, 404, 409))},
+    "/v1/requests/{id}/links": {"post": _op(
+        "Mint a one-time form link", scopes=["answer"], params=[_ID],
+        body={"type": "object", "properties": {"recipient": {"type": "string"}}, "additionalProperties": False},
+        ok={"201": _json({"type": "object", "properties": {"url": {"type": "string"},
+                                                            "expires_at": {"type": "string"}}}, "Link")},
+        errors=(400, 401, 403, 404, 409, 410, 413, 422))},
+    "/v1/human-feedback": {"post": _op(
+        "Create and wait until terminal (the blocking human_feedback tool)", scopes=["ask"], body=_CREATE,
+        ok={"200": _json(_REQUEST, "Terminal: answered, expired or cancelled")},
+        errors=(400, 401, 403, 409, 413, 422))},
+    "/api/human-feedback/submit": {"post": _op(
+        "Submit an answer by unique_id", scopes=["answer"],
+        body={"type": "object", "required": ["unique_id", "response"],
+              "properties": {"unique_id": {"type": "string"}, "response": {}}},
+        ok={"200": _json({"type": "object"}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422))},
+    "/v1/events": {"get": _op(
+        "Server-Sent Events: request.created, request.resolved, run.annotated", scopes=["read"],
+        params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
+                {"name": "types", "in": "query", "schema": {"type": "string"}}],
+        ok={"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        errors=(400, 401, 403))},
+}
+
+COMPONENTS: dict[str, Any] = {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "schemas": {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "details": {}}}}},
+        "CreateRequest": {
+            "type": "object", "required": ["unique_id", "message_for_user"], "additionalProperties": False,
+            "properties": {
+                "unique_id": {"type": "string", "maxLength": 200},
+                "message_for_user": {"type": "string"},
+                "timeout_seconds": {"type": "integer", "minimum": 1},
+                "schema": {"type": "object", "description": "A JSON schema in the supported form subset"},
+                "kind": {"type": "string", "enum": ["input", "approval", "choice"]},
+                "sensitive": {"type": "boolean"},
+                "run_id": {"type": "string"},
+                "channels": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "Request": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"}, "unique_id": {"type": "string"},
+                "status": {"type": "string", "enum": ["pending", "answered", "expired", "cancelled"]},
+                "message_for_user": {"type": "string"}, "schema": {"type": ["object", "null"]},
+                "kind": {"type": "string"}, "sensitive": {"type": "boolean"}, "run_id": {"type": ["string", "null"]},
+                "channels": {"type": "array", "items": {"type": "string"}},
+                "created_at": {"type": "string", "format": "date-time"},
+                "expires_at": {"type": "string", "format": "date-time"},
+                "response": {}, "answered_by": {"type": "string"}, "answered_at": {"type": "string"},
+                "answered_via": {"type": "string"},
+                "deliveries": {"type": "array", "items": {"type": "object"}},
+            },
+        },
+    },
+}
+
+# Extra paths registered by other core modules (annotations) at import time.
+EXTRA_PATHS: dict[str, dict[str, Any]] = {}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Handraise", "version": "1", "description":
+                 "Ask a human over HTTP and wait, for a bounded time, for a validated answer."},
+        "paths": {**PATHS, **EXTRA_PATHS},
+        "components": COMPONENTS,
+    }
+
+
+@routes.get("/openapi.json")
+async def openapi_json(_request: web.Request) -> web.Response:
+    return web.json_response(document())

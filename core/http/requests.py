@@ -1,0 +1,162 @@
+"""Handlers for requests: create, read, wait, cancel, the blocking human-feedback call, submit, links."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from core.api import LinkBody, RequestView, SubmitBody
+from core.appkeys import KEYRING, SERVICE, SETTINGS
+from core.errors import BadRequestError, ValidationFailedError
+from core.http.auth import Principal
+from core.http.middleware import read_json
+from core.service import pydantic_details
+
+log = logging.getLogger(__name__)
+routes = web.RouteTableDef()
+
+
+async def _principal(request: web.Request, *scopes: str) -> Principal:
+    principal = await request.app[KEYRING].authenticate(request)
+    principal.require(*scopes)
+    return principal
+
+
+def _may_see_response(principal: Principal, view: RequestView) -> bool:
+    # The asking side sees every answer; others only non-sensitive ones.
+    return "ask" in principal.scopes or not view.sensitive
+
+
+async def send_view(request: web.Request, principal: Principal, view: RequestView, *, status: int = 200) -> web.StreamResponse:
+    """Write the request; once a sensitive answer has reached the agent, delete it."""
+    include = _may_see_response(principal, view)
+    response = web.json_response(view.to_json(include_response=include), status=status)
+    if include and view.sensitive and view.has_response:
+        await response.prepare(request)
+        await response.write_eof()
+        await request.app[SERVICE].response_delivered(view)
+    return response
+
+
+@routes.post("/v1/requests")
+async def create_request(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "ask")
+    service = request.app[SERVICE]
+    body = service.parse_create(await read_json(request))
+    view, created = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
+    return await send_view(request, principal, view, status=201 if created else 200)
+
+
+@routes.get("/v1/requests")
+async def list_requests(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "read", "ask")
+    status = request.query.get("status")
+    if status is not None and status not in ("pending", "answered", "expired", "cancelled"):
+        raise BadRequestError("status must be pending, answered, expired or cancelled")
+    limit = _int_query(request, "limit", default=100, low=1, high=500)
+    views = await request.app[SERVICE].list(tenant_id=principal.tenant_id, status=status,
+                                            run_id=request.query.get("run_id"), limit=limit)
+    # A list never carries a sensitive response, whoever asks: it is not how an agent collects its answer.
+    return web.json_response({"requests": [v.event_json() for v in views]})
+
+
+@routes.get("/v1/requests/{id}")
+async def get_request(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "ask", "read")
+    view = await request.app[SERVICE].get(tenant_id=principal.tenant_id, request_id=request.match_info["id"])
+    return await send_view(request, principal, view)
+
+
+@routes.get("/v1/requests/{id}/wait")
+async def wait_request(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "ask")
+    cap = request.app[SETTINGS].limits.max_wait_seconds
+    timeout = _float_query(request, "timeout", default=float(cap))
+    view = await request.app[SERVICE].wait(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
+                                           timeout=min(timeout, cap))
+    return await send_view(request, principal, view)
+
+
+@routes.post("/v1/requests/{id}/cancel")
+async def cancel_request(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "ask")
+    view = await request.app[SERVICE].cancel(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
+                                             principal=principal.name)
+    return await send_view(request, principal, view)
+
+
+@routes.post("/v1/human-feedback")
+async def human_feedback(request: web.Request) -> web.StreamResponse:
+    """The blocking tool in one call: create (idempotently), then wait until terminal."""
+    principal = await _principal(request, "ask")
+    service = request.app[SERVICE]
+    body = service.parse_create(await read_json(request))
+    view, _ = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
+    while not view.terminal:
+        remaining = view.expires_at - service.clock()
+        view = await service.wait(tenant_id=principal.tenant_id, request_id=view.id, timeout=max(remaining, 0) + 1)
+    return await send_view(request, principal, view)
+
+
+@routes.post("/api/human-feedback/submit")
+async def submit_answer(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "answer")
+    raw = await read_json(request)
+    if not isinstance(raw, dict):
+        raise ValidationFailedError("the body must be a JSON object")
+    try:
+        body = SubmitBody.model_validate(raw)
+    except ValidationError as e:
+        raise ValidationFailedError("the submission is not valid", details=pydantic_details(e)) from None
+    if "response" not in raw:
+        raise ValidationFailedError("response is required", details=[{"field": "response", "message": "is required"}])
+    view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
+                                             response=body.response, principal=principal.name, via="api")
+    return web.json_response({"accepted": True, "request": view.to_json(include_response=False)})
+
+
+@routes.post("/v1/requests/{id}/links")
+async def mint_link(request: web.Request) -> web.StreamResponse:
+    principal = await _principal(request, "answer")
+    raw = await read_json(request) if request.can_read_body else {}
+    if not isinstance(raw, dict):
+        raise ValidationFailedError("the body must be a JSON object")
+    try:
+        body = LinkBody.model_validate(raw)
+    except ValidationError as e:
+        raise ValidationFailedError("the link request is not valid", details=pydantic_details(e)) from None
+    link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
+                                                principal=principal.name, recipient=body.recipient)
+    return web.json_response(link.to_json(), status=201, headers={"Cache-Control": "no-store"})
+
+
+def _float_query(request: web.Request, name: str, *, default: float) -> float:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequestError(f"{name} must be a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise BadRequestError(f"{name} must be a number of seconds, 0 or more")
+    return value
+
+
+def _int_query(request: web.Request, name: str, *, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequestError(f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise BadRequestError(f"{name} must be between {low} and {high}")
+    return value
+
+
+

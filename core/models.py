@@ -1,0 +1,156 @@
+"""The tables. Every row carries a tenant id; times are UTC epoch seconds (float).
+
+Only ``core/store.py`` and the Alembic migrations touch these; everything else
+goes through the lifecycle service.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class RequestRow(SQLModel, table=True):
+    __tablename__ = "requests"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "unique_id", name="uq_requests_tenant_unique_id"),
+        Index("ix_requests_status_expires", "status", "expires_at"),
+        Index("ix_requests_tenant_run", "tenant_id", "run_id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    unique_id: str = Field(max_length=200)
+    # sha256 of the canonical create body: same body → idempotent retry.
+    body_sha256: str = Field(max_length=64)
+    message_for_user: str = Field(sa_column=Column(Text, nullable=False))
+    form_schema_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    kind: str = Field(max_length=16)
+    sensitive: bool = False
+    run_id: str | None = Field(default=None, max_length=200)
+    channels_json: str = Field(sa_column=Column(Text, nullable=False))
+    status: str = Field(max_length=16)
+    created_by: str = Field(max_length=200)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    expires_at: float = Field(sa_column=Column(Float, nullable=False))
+    response_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    response_sha256: str | None = Field(default=None, max_length=64)
+    # Set once a sensitive response was handed to the agent and deleted.
+    response_purged: bool = False
+    resolved_by: str | None = Field(default=None, max_length=300)
+    resolved_via: str | None = Field(default=None, max_length=32)
+    resolved_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class JournalRow(SQLModel, table=True):
+    """Append-only, hash-chained audit trail; ``hash`` covers every other column."""
+
+    __tablename__ = "journal"
+    __table_args__ = (Index("ix_journal_tenant_request", "tenant_id", "request_id"),)
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    tenant_id: str = Field(max_length=64)
+    request_id: str | None = Field(default=None, max_length=64)
+    run_id: str | None = Field(default=None, max_length=200)
+    event: str = Field(max_length=32)
+    principal: str | None = Field(default=None, max_length=300)
+    channel: str | None = Field(default=None, max_length=32)
+    data_json: str = Field(sa_column=Column(Text, nullable=False))
+    at: float = Field(sa_column=Column(Float, nullable=False))
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class DeliveryRow(SQLModel, table=True):
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        UniqueConstraint("request_id", "channel", "target", name="uq_deliveries_target"),
+        Index("ix_deliveries_tenant_request", "tenant_id", "request_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=64)
+    request_id: str = Field(max_length=64)
+    channel: str = Field(max_length=32)
+    target: str = Field(max_length=300)
+    # pending | sent | failed | withdrawn
+    status: str = Field(max_length=16)
+    attempts: int = 0
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # The messenger's handle on what was posted (chat and message ids), JSON.
+    ref_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    updated_at: float = Field(sa_column=Column(Float, nullable=False))
+    reminded_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class LinkRow(SQLModel, table=True):
+    __tablename__ = "links"
+    __table_args__ = (Index("ix_links_request", "request_id"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    request_id: str = Field(max_length=64)
+    token_sha256: str = Field(max_length=64, unique=True)
+    recipient: str | None = Field(default=None, max_length=200)
+    created_by: str = Field(max_length=300)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    used_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class ApiKeyRow(SQLModel, table=True):
+    __tablename__ = "api_keys"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    key_sha256: str = Field(max_length=64, unique=True)
+    scopes: str = Field(max_length=200)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    revoked_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class AnnotationRow(SQLModel, table=True):
+    """RFC 0056 per-run side-store: never part of a request or the journal's run events."""
+
+    __tablename__ = "annotations"
+    __table_args__ = (Index("ix_annotations_tenant_run_seq", "tenant_id", "run_id", "seq"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    annotation_id: str = Field(max_length=64, unique=True)
+    tenant_id: str = Field(max_length=64)
+    run_id: str = Field(max_length=200)
+    event_id: str | None = Field(default=None, max_length=200)
+    node_id: str | None = Field(default=None, max_length=200)
+    kind: str = Field(max_length=16)
+    rating: int | None = None
+    label: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    correction: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    note: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    principal: str = Field(max_length=300)
+    supersedes: str | None = Field(default=None, max_length=64)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+
+
+class ChatActionRow(SQLModel, table=True):
+    """Server-side map behind a chat button: a short random token names a request and a value."""
+
+    __tablename__ = "chat_actions"
+    __table_args__ = (Index("ix_chat_actions_request", "request_id"),)
+
+    token: str = Field(primary_key=True, max_length=32)
+    tenant_id: str = Field(max_length=64)
+    request_id: str = Field(max_length=64)
+    channel: str = Field(max_length=32)
+    value_json: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+
+
+class StateRow(SQLModel, table=True):
+    """Small durable key/value state: a connector's sync position, the server secret."""
+
+    __tablename__ = "kv_state"
+
+    namespace: str = Field(primary_key=True, max_length=64)
+    key: str = Field(primary_key=True, max_length=200)
+    value: str = Field(sa_column=Column(Text, nullable=False))
+    updated_at: float = Field(sa_column=Column(Float, nullable=False))

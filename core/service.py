@@ -1,0 +1,507 @@
+"""The request lifecycle: create, wait, submit, cancel, expire, links; the one door to the store.
+
+Every path that changes a request goes through a compare-and-set in the store,
+journals in the same transaction, and only then publishes an event (register
+before publish). Waiters are in-process futures, woken by local resolutions and,
+with PostgreSQL, by NOTIFYs from other instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from core.api import CreateRequestBody, LinkView, MintedLink, RequestView
+from core.canonical import answer_sha256, canonical_json
+from core.config import Settings
+from core.errors import (
+    AlreadyAnsweredError,
+    ConflictError,
+    ExpiredError,
+    GoneError,
+    InvalidAnswerError,
+    LinkUsedError,
+    NotFoundError,
+    NotPendingError,
+    RequestCancelledError,
+    UniqueIdReusedError,
+    ValidationFailedError,
+)
+from core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
+from core.schema import check_schema, validate_answer
+from core.store import Store
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(16)}"
+
+
+def pydantic_details(error: ValidationError) -> list[dict[str, str]]:
+    out = []
+    for e in error.errors():
+        loc = [str(p) for p in e["loc"]]
+        name = "schema" if loc[:1] == ["form_schema"] else ".".join(loc)
+        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        out.append({"field": name, "message": message})
+    return out
+
+
+class RequestService:
+    """Everything a channel (HTTP API, hosted form, chat bot) may do to a request."""
+
+    def __init__(self, *, settings: Settings, store: Store, bus: EventBus, clock: Clock = time.time) -> None:
+        self.settings = settings
+        self.store = store
+        self.bus = bus
+        self.clock = clock
+        self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        # Channel names that exist (enabled connectors); set by the app at start.
+        self.channels: set[str] = {"web"}
+        bus.register_loader(REQUEST_CREATED, self._load_event_data)
+        bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
+        bus.add_listener(self._wake_on_event)
+
+    # -- create ----------------------------------------------------------------
+
+    def parse_create(self, body: Any) -> CreateRequestBody:
+        if not isinstance(body, dict):
+            raise ValidationFailedError("the body must be a JSON object")
+        try:
+            return CreateRequestBody.model_validate(body)
+        except ValidationError as e:
+            raise ValidationFailedError("the request body is not valid", details=pydantic_details(e)) from None
+
+    async def create(self, *, tenant_id: str, principal: str, body: CreateRequestBody) -> tuple[RequestView, bool]:
+        """Store a new request; returns (request, created). An identical retry returns the existing one."""
+        limits = self.settings.limits
+        timeout = body.timeout_seconds if body.timeout_seconds is not None else limits.default_timeout_seconds
+        if not 1 <= timeout <= limits.max_timeout_seconds:
+            raise ValidationFailedError(
+                f"timeout_seconds must be between 1 and {limits.max_timeout_seconds}",
+                details=[{"field": "timeout_seconds", "message": f"must be between 1 and {limits.max_timeout_seconds}"}],
+            )
+        if len(body.message_for_user) > limits.max_message_chars:
+            raise ValidationFailedError(
+                f"message_for_user is longer than {limits.max_message_chars} characters",
+                details=[{"field": "message_for_user", "message": f"at most {limits.max_message_chars} characters"}],
+            )
+        effective = check_schema(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
+                                 max_bytes=limits.max_schema_bytes)
+        tenant = self.settings.tenant(tenant_id)
+        channels = body.channels if body.channels is not None else (tenant.default_channels if tenant else ["web"])
+        unknown = [c for c in channels if c not in self.channels]
+        if unknown:
+            raise ValidationFailedError(
+                f"unknown channel(s): {', '.join(unknown)}; enabled: {', '.join(sorted(self.channels))}",
+                details=[{"field": "channels", "message": f"unknown channel {c!r}"} for c in unknown],
+            )
+        channels = list(dict.fromkeys(channels))
+        body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()
+        now = self.clock()
+        row = {
+            "id": new_id("req"), "tenant_id": tenant_id, "unique_id": body.unique_id, "body_sha256": body_sha,
+            "message_for_user": body.message_for_user,
+            "form_schema_json": canonical_json(effective) if effective is not None else None,
+            "kind": body.kind, "sensitive": body.sensitive, "run_id": body.run_id,
+            "channels_json": json.dumps(channels), "status": "pending", "created_by": principal,
+            "created_at": now, "expires_at": now + timeout,
+        }
+        async with self.store.transaction() as conn:
+            inserted = await self.store.insert_request(conn, row)
+            if inserted:
+                await self.store.append_journal(
+                    conn, tenant_id=tenant_id, event="created", request_id=row["id"], run_id=body.run_id,
+                    principal=principal, data={
+                        "unique_id": body.unique_id, "message_for_user": body.message_for_user,
+                        "schema": effective, "kind": body.kind, "sensitive": body.sensitive,
+                        "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
+                    }, at=now,
+                )
+                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
+                                               "run_id": body.run_id, "origin": self.bus.instance_id})
+        if not inserted:
+            existing = await self.store.get_request_by_unique_id(tenant_id, body.unique_id)
+            if existing is None:  # deleted between the two statements: cannot happen, rows are never deleted
+                raise ConflictError("unique_id is in use")
+            view = await self._settle(RequestView.from_row(existing))
+            if existing["body_sha256"] == body_sha:
+                return view, False
+            if view.status == "pending":
+                raise ConflictError(f"unique_id {body.unique_id!r} is pending with a different body")
+            raise UniqueIdReusedError(f"unique_id {body.unique_id!r} was used already; generate a fresh one")
+        view = RequestView.from_row(row | {"response_json": None, "response_purged": False, "response_sha256": None,
+                                           "resolved_by": None, "resolved_via": None, "resolved_at": None})
+        log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
+        self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id))
+        return view, True
+
+    # -- read ------------------------------------------------------------------
+
+    async def get(self, *, tenant_id: str, request_id: str, with_deliveries: bool = True) -> RequestView:
+        row = await self.store.get_request(tenant_id, request_id)
+        if row is None:
+            raise NotFoundError("no such request")
+        deliveries = await self.store.deliveries_for(tenant_id, request_id) if with_deliveries else None
+        return await self._settle(RequestView.from_row(row, deliveries=deliveries))
+
+    async def get_by_unique_id(self, *, tenant_id: str, unique_id: str) -> RequestView:
+        row = await self.store.get_request_by_unique_id(tenant_id, unique_id)
+        if row is None:
+            raise NotFoundError("no such request")
+        return await self._settle(RequestView.from_row(row))
+
+    async def list(self, *, tenant_id: str, status: str | None = None, run_id: str | None = None,
+                   limit: int = 100) -> list[RequestView]:
+        rows = await self.store.list_requests(tenant_id, status=status, run_id=run_id, limit=limit)
+        return [RequestView.from_row(r) for r in rows]
+
+    async def _settle(self, view: RequestView) -> RequestView:
+        """A pending request past its deadline is expired now rather than shown as pending."""
+        if view.status == "pending" and view.expires_at <= self.clock():
+            await self.expire(tenant_id=view.tenant_id, request_id=view.id)
+            row = await self.store.get_request(view.tenant_id, view.id)
+            assert row is not None
+            return RequestView.from_row(row, deliveries=[_delivery_row(d) for d in view.deliveries])
+        return view
+
+    # -- wait ------------------------------------------------------------------
+
+    async def wait(self, *, tenant_id: str, request_id: str, timeout: float) -> RequestView:
+        """Return as soon as the request is terminal, or after ``timeout`` seconds as it stands."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[request_id].add(fut)
+        try:
+            view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            deadline = self.clock() + max(0.0, timeout)
+            while not view.terminal:
+                now = self.clock()
+                until_expiry = view.expires_at - now
+                remaining = deadline - now
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), timeout=min(remaining, max(until_expiry, 0.0)) + 0.001)
+                except TimeoutError:
+                    pass
+                if fut.done():
+                    fut = asyncio.get_running_loop().create_future()
+                    self._waiters[request_id].add(fut)
+                view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            return await self.get(tenant_id=tenant_id, request_id=request_id)
+        finally:
+            waiters = self._waiters.get(request_id)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._waiters[request_id]
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def _wake(self, request_id: str) -> None:
+        for fut in self._waiters.get(request_id, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _wake_on_event(self, ev: Event) -> None:
+        if ev.type == REQUEST_RESOLVED:
+            self._wake(ev.object_id)
+
+    def wake_all(self) -> None:
+        """After a lost NOTIFY connection: every waiter re-reads the store."""
+        for request_id in list(self._waiters):
+            self._wake(request_id)
+
+    async def _load_event_data(self, tenant_id: str, request_id: str) -> dict[str, Any] | None:
+        row = await self.store.get_request(tenant_id, request_id)
+        return None if row is None else RequestView.from_row(row).event_json()
+
+    # -- submit ----------------------------------------------------------------
+
+    async def submit(self, *, tenant_id: str, response: Any, principal: str, via: str,
+                     request_id: str | None = None, unique_id: str | None = None,
+                     link_id: str | None = None) -> RequestView:
+        """Validate and apply one answer; exactly one submission wins.
+
+        Raises NotFoundError, AlreadyAnsweredError (409), ExpiredError / RequestCancelledError (410),
+        InvalidAnswerError (422; the request stays pending).
+        """
+        if request_id is not None:
+            row = await self.store.get_request(tenant_id, request_id)
+        elif unique_id is not None:
+            row = await self.store.get_request_by_unique_id(tenant_id, unique_id)
+        else:
+            raise NotFoundError("no such request")
+        if row is None:
+            raise NotFoundError("no such request")
+        view = await self._settle(RequestView.from_row(row))
+        _raise_if_terminal(view)
+        errors = validate_answer(view.schema, response)
+        if errors:
+            async with self.store.transaction() as conn:
+                await self.store.append_journal(
+                    conn, tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
+                    principal=principal, channel=via,
+                    data={"errors": [{"field": e.field, "message": e.message} for e in errors]},
+                )
+            log.info("invalid answer", extra={"request_id": view.id, "via": via, "fields": [e.field for e in errors]})
+            raise InvalidAnswerError(_errors_message(errors), details=[e.to_json() for e in errors])
+        canonical = canonical_json(response)
+        digest = answer_sha256(response)
+        now = self.clock()
+        try:
+            async with self.store.transaction() as conn:
+                if link_id is not None and not await self.store.use_link(conn, link_id=link_id, now=now):
+                    raise _LostRace
+                won = await self.store.resolve_request(
+                    conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
+                    require_unexpired=True,
+                    values={"response_json": canonical, "response_sha256": digest, "resolved_by": principal,
+                            "resolved_via": via},
+                )
+                if not won:
+                    # Rolls back the link use too: the request was not ours to answer.
+                    raise _LostRace
+                data: dict[str, Any] = {"response_sha256": digest}
+                if not view.sensitive:
+                    data["response"] = json.loads(canonical)
+                if link_id is not None:
+                    data["link_id"] = link_id
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="answered", request_id=view.id,
+                                                run_id=view.run_id, principal=principal, channel=via, data=data,
+                                                at=now)
+                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
+                                               "run_id": view.run_id, "origin": self.bus.instance_id})
+        except _LostRace:
+            current = await self.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
+            if link_id is not None and current.status == "pending":
+                raise LinkUsedError("this link was used already") from None
+            _raise_if_terminal(current)
+            raise ExpiredError("the request expired") from None
+        log.info("request answered", extra={"request_id": view.id, "via": via})
+        return await self._resolved(tenant_id, view.id)
+
+    async def _resolved(self, tenant_id: str, request_id: str) -> RequestView:
+        view = await self.get(tenant_id=tenant_id, request_id=request_id)
+        self._wake(request_id)
+        self.bus.publish(Event(REQUEST_RESOLVED, tenant_id, request_id, view.event_json(), view.run_id))
+        return view
+
+    # -- cancel and expire -----------------------------------------------------
+
+    async def cancel(self, *, tenant_id: str, request_id: str, principal: str) -> RequestView:
+        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if view.terminal:
+            raise NotPendingError(f"the request is {view.status} already")
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            won = await self.store.cancel_request(conn, request_id=request_id, tenant_id=tenant_id, now=now,
+                                                  principal=principal)
+            if won:
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="cancelled", request_id=request_id,
+                                                run_id=view.run_id, principal=principal, channel="api", at=now)
+                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
+                                               "run_id": view.run_id, "origin": self.bus.instance_id})
+        if not won:
+            current = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            raise NotPendingError(f"the request is {current.status} already")
+        log.info("request cancelled", extra={"request_id": request_id})
+        return await self._resolved(tenant_id, request_id)
+
+    async def expire(self, *, tenant_id: str, request_id: str) -> bool:
+        """Pending and past its deadline → expired. True when this call made the change."""
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            won = await self.store.resolve_request(conn, request_id=request_id, tenant_id=tenant_id,
+                                                   status="expired", now=now, require_unexpired=False,
+                                                   values={"resolved_via": "timeout"})
+            if won:
+                row = await self.store.get_request(tenant_id, request_id, conn=conn)
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="expired", request_id=request_id,
+                                                run_id=row["run_id"] if row else None, at=now)
+                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
+                                               "run_id": row["run_id"] if row else None,
+                                               "origin": self.bus.instance_id})
+        if won:
+            log.info("request expired", extra={"request_id": request_id})
+            await self._resolved(tenant_id, request_id)
+        return won
+
+    async def sweep(self) -> int:
+        """Expire every overdue request; the store stays true even when nobody waits."""
+        count = 0
+        for request_id, tenant_id in await self.store.overdue_requests(self.clock()):
+            if await self.expire(tenant_id=tenant_id, request_id=request_id):
+                count += 1
+        return count
+
+    async def run_sweeper(self, interval: float) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sweep failed")
+            await asyncio.sleep(interval)
+
+    # -- handing the answer to the agent ---------------------------------------
+
+    async def response_delivered(self, view: RequestView) -> None:
+        """The agent has the answer: a sensitive one is deleted now, and leaves the disk."""
+        if not (view.sensitive and view.has_response):
+            return
+        if await self.store.purge_response(request_id=view.id, tenant_id=view.tenant_id):
+            async with self.store.transaction() as conn:
+                await self.store.append_journal(conn, tenant_id=view.tenant_id, event="response_deleted",
+                                                request_id=view.id, run_id=view.run_id)
+            await self.store.checkpoint()
+            log.info("sensitive response deleted after delivery", extra={"request_id": view.id})
+
+    # -- links -----------------------------------------------------------------
+
+    async def mint_link(self, *, tenant_id: str, request_id: str, principal: str,
+                        recipient: str | None = None) -> MintedLink:
+        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        _raise_if_terminal(view)
+        token = secrets.token_urlsafe(32)
+        link_id = new_id("lnk")
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            await self.store.insert_link(conn, {
+                "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
+                "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
+                "created_by": principal, "created_at": now, "used_at": None,
+            })
+            await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
+                                            run_id=view.run_id, principal=principal,
+                                            data={"link_id": link_id, "recipient": recipient}, at=now)
+        url = f"{self.settings.server.public_url}/f/{token}"
+        return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
+
+    async def open_link(self, token: str) -> tuple[LinkView, RequestView]:
+        """The link and its request, or NotFoundError (unknown) / a GoneError subclass (dead link)."""
+        if not token or len(token) > 128:
+            raise NotFoundError("no such link")
+        row = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+        if row is None:
+            raise NotFoundError("no such link")
+        link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
+                        row["used_at"])
+        view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
+        if link.used_at is not None:
+            raise LinkUsedError("this link was used already")
+        if view.status == "answered":
+            raise AlreadyAnsweredGone("the question was answered already")
+        if view.status == "expired":
+            raise ExpiredError("the question expired")
+        if view.status == "cancelled":
+            raise RequestCancelledError("the question was cancelled")
+        return link, view
+
+    async def submit_link(self, *, token: str, response: Any) -> RequestView:
+        link, view = await self.open_link(token)
+        return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
+                                 principal=f"link:{link.id}", via="web", link_id=link.id)
+
+    # -- journal and deliveries (for connectors) -------------------------------
+
+    async def journal(self, *, tenant_id: str, event: str, request_id: str | None = None, run_id: str | None = None,
+                      principal: str | None = None, channel: str | None = None,
+                      data: dict[str, Any] | None = None) -> None:
+        async with self.store.transaction() as conn:
+            await self.store.append_journal(conn, tenant_id=tenant_id, event=event, request_id=request_id,
+                                            run_id=run_id, principal=principal, channel=channel, data=data)
+
+    async def journal_entries(self, *, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
+        entries = await self.store.journal_entries(tenant_id=tenant_id, request_id=request_id)
+        return [_entry_json(e) for e in entries]
+
+    async def get_state(self, namespace: str, key: str) -> str | None:
+        return await self.store.get_state(namespace, key)
+
+    async def set_state(self, namespace: str, key: str, value: str) -> None:
+        await self.store.set_state(namespace, key, value)
+
+    async def server_secret(self) -> bytes:
+        """A per-installation random secret (CSRF tokens, button signatures), made once and shared."""
+        value = await self.store.set_state_if_absent("server", "secret", secrets.token_hex(32))
+        return bytes.fromhex(value)
+
+    async def create_chat_actions(self, *, tenant_id: str, request_id: str, channel: str,
+                                  values: Iterable[Any]) -> list[str]:
+        """Short random tokens that stand for (request, value) behind chat buttons; never the raw id."""
+        now = self.clock()
+        rows = [{"token": secrets.token_urlsafe(12), "tenant_id": tenant_id, "request_id": request_id,
+                 "channel": channel, "value_json": canonical_json(v), "created_at": now} for v in values]
+        await self.store.insert_chat_actions(rows)
+        return [r["token"] for r in rows]
+
+    async def resolve_chat_action(self, *, token: str, channel: str) -> tuple[str, str, Any] | None:
+        """(tenant_id, request_id, value) for a button token of this channel, or None (forged/unknown)."""
+        if not token or len(token) > 32:
+            return None
+        row = await self.store.get_chat_action(token, channel=channel)
+        if row is None:
+            return None
+        return row["tenant_id"], row["request_id"], json.loads(row["value_json"])
+
+    async def leadership(self, name: str) -> bool:
+        return await self.store.try_leadership(name)
+
+    async def leadership_alive(self, name: str) -> bool:
+        return await self.store.leadership_alive(name)
+
+    async def release_leadership(self, name: str) -> None:
+        await self.store.release_leadership(name)
+
+
+class _LostRace(Exception):
+    """Another submission won the compare-and-set; the transaction rolls back."""
+
+
+class AlreadyAnsweredGone(GoneError):
+    """A link whose request was answered by another route: 410 for the form, not 409."""
+
+    code = "already_answered"
+
+
+def _raise_if_terminal(view: RequestView) -> None:
+    if view.status == "answered":
+        raise AlreadyAnsweredError("the request was answered already")
+    if view.status == "expired":
+        raise ExpiredError("the request expired")
+    if view.status == "cancelled":
+        raise RequestCancelledError("the request was cancelled")
+
+
+def _errors_message(errors: list[Any]) -> str:
+    parts = [f"{e.field}: {e.message}" if e.field else e.message for e in errors]
+    return "the answer is not valid: " + "; ".join(parts)
+
+
+def _delivery_row(d: Any) -> dict[str, Any]:
+    return {"channel": d.channel, "target": d.target, "status": d.status, "attempts": d.attempts,
+            "last_error": d.last_error, "updated_at": d.updated_at}
+
+
+def _entry_json(e: Any) -> dict[str, Any]:
+    from core.api import iso
+
+    return {"seq": e.seq, "event": e.event, "request_id": e.request_id, "run_id": e.run_id,
+            "principal": e.principal, "channel": e.channel, "data": e.data, "at": iso(e.at), "hash": e.hash}
+

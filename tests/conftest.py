@@ -1,0 +1,282 @@
+"""Shared fixtures: a loopback-only network guard, settings, databases (SQLite and PostgreSQL), the real app.
+
+PostgreSQL tests run against this machine's server (127.0.0.1:5432, trust auth):
+each test gets a fresh database cloned from a migrated template. Without a
+server they are skipped with the reason, except in CI (CI=true), where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestServer
+
+from core.app import create_app
+from core.config import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PG_HOST = os.environ.get("HANDRAISE_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("HANDRAISE_TEST_PG_PORT", "5432"))
+PG_USER = os.environ.get("HANDRAISE_TEST_PG_USER", "postgres")
+
+AGENT_KEY = "agent-key-0123456789abcdef"
+OPERATOR_KEY = "operator-key-0123456789abcdef"
+READER_KEY = "reader-key-0123456789abcdef"
+ANNOTATOR_KEY = "annotator-key-0123456789abcdef"
+OTHER_AGENT_KEY = "other-agent-key-0123456789abcdef"
+OTHER_OPERATOR_KEY = "other-operator-key-0123456789abcdef"
+OTHER_READER_KEY = "other-reader-key-0123456789abcdef"
+
+
+# -- network guard -------------------------------------------------------------
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback(address: Any) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX
+        return True
+    host = address[0]
+    if host in ("localhost", "", None):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> Any:
+    if not _loopback(address):
+        raise OSError(f"tests may only reach loopback, not {address!r}")
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> Any:
+    if not _loopback(address):
+        raise OSError(f"tests may only reach loopback, not {address!r}")
+    return _real_connect_ex(self, address)
+
+
+def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    results = _real_getaddrinfo(host, *args, **kwargs)
+    if host is not None and not all(_loopback(r[4]) for r in results if r[0] in (socket.AF_INET, socket.AF_INET6)):
+        raise OSError(f"tests may only reach loopback, not {host!r}")
+    return results
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse every connection beyond loopback: Telegram and Slack are reached through local fakes."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", _guarded_getaddrinfo)
+
+
+# -- PostgreSQL ----------------------------------------------------------------
+
+
+def _pg_available() -> str | None:
+    try:
+        with socket.create_connection((PG_HOST, PG_PORT), timeout=1):
+            return None
+    except OSError as e:
+        return f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT} ({e})"
+
+
+def _admin_dsn(db: str = "postgres") -> str:
+    return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
+
+
+def _run_in_thread(coro: Any) -> Any:
+    # Session fixtures may be first requested from inside a running test loop.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> str:
+    """A migrated template database for this session; each test clones it."""
+    problem = _pg_available()
+    if problem:
+        if IN_CI:
+            pytest.fail(f"{problem}: CI must run the PostgreSQL tests (.ci/run starts the server)")
+        pytest.skip(problem)
+    import asyncpg
+
+    from core.store import Store
+
+    name = f"hr_tpl_{os.getpid()}_{secrets.token_hex(3)}"
+
+    async def make() -> None:
+        conn = await asyncpg.connect(_admin_dsn())
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        store = Store(url=_admin_dsn(name))
+        await store.open()
+        await store.close()
+
+    _run_in_thread(make())
+    yield name
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(_admin_dsn())
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    _run_in_thread(drop())
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Any:
+    """A fresh database for one test, cloned from the migrated template."""
+    import asyncpg
+
+    name = f"hr_t_{secrets.token_hex(5)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(_admin_dsn())
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    _run_in_thread(admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+    yield _admin_dsn(name)
+    _run_in_thread(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Both stores: every lifecycle test runs on SQLite and on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'handraise.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+# -- settings and app ----------------------------------------------------------
+
+
+def base_config(storage_url: str, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0, "public_url": "http://127.0.0.1:8080"},
+        "storage": {"url": storage_url},
+        "limits": {"sweep_interval_seconds": 0.1},
+        "tenants": [
+            {"id": "acme", "keys": [
+                {"id": "agent-1", "key": AGENT_KEY, "scopes": ["ask"]},
+                {"id": "op-1", "key": OPERATOR_KEY, "scopes": ["answer", "read"]},
+                {"id": "reader-1", "key": READER_KEY, "scopes": ["read"]},
+                {"id": "annotator-1", "key": ANNOTATOR_KEY, "scopes": ["annotate", "read"]},
+            ]},
+            {"id": "globex", "keys": [
+                {"id": "agent-2", "key": OTHER_AGENT_KEY, "scopes": ["ask"]},
+                {"id": "op-2", "key": OTHER_OPERATOR_KEY, "scopes": ["answer", "read"]},
+                {"id": "reader-2", "key": OTHER_READER_KEY, "scopes": ["read", "annotate"]},
+            ]},
+        ],
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+def settings_from(config: dict[str, Any]) -> Settings:
+    return Settings.model_validate(config)
+
+
+class Api:
+    """A real HTTP client for one running server, with a key per role."""
+
+    def __init__(self, *, server: TestServer, app: web.Application, session: ClientSession) -> None:
+        self.server = server
+        self.app = app
+        self.session = session
+        self.base = str(server.make_url("")).rstrip("/")
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    async def call(self, method: str, path: str, *, key: str | None = AGENT_KEY, json: Any = None,
+                   data: Any = None, headers: dict[str, str] | None = None, params: Any = None) -> tuple[int, Any]:
+        hdrs = dict(headers or {})
+        if key is not None:
+            hdrs["Authorization"] = f"Bearer {key}"
+        async with self.session.request(method, self.url(path), json=json, data=data, headers=hdrs,
+                                        params=params) as resp:
+            text = await resp.text()
+            try:
+                import json as _json
+
+                body = _json.loads(text) if text else None
+            except ValueError:
+                body = text
+            return resp.status, body
+
+    async def create(self, body: dict[str, Any], *, key: str = AGENT_KEY) -> dict[str, Any]:
+        status, data = await self.call("POST", "/v1/requests", json=body, key=key)
+        assert status in (200, 201), (status, data)
+        return data
+
+    async def submit(self, unique_id: str, response: Any, *, key: str = OPERATOR_KEY) -> tuple[int, Any]:
+        return await self.call("POST", "/api/human-feedback/submit", json={"unique_id": unique_id,
+                                                                           "response": response}, key=key)
+
+    async def wait(self, request_id: str, timeout: float = 5, *, key: str = AGENT_KEY) -> dict[str, Any]:
+        status, data = await self.call("GET", f"/v1/requests/{request_id}/wait", params={"timeout": str(timeout)},
+                                       key=key)
+        assert status == 200, (status, data)
+        return data
+
+
+@contextlib.asynccontextmanager
+async def running_app(settings: Settings, **kwargs: Any) -> AsyncIterator[Api]:
+    kwargs.setdefault("connector_classes", [])
+    app = await create_app(settings, **kwargs)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    session = ClientSession()
+    try:
+        yield Api(server=server, app=app, session=session)
+    finally:
+        await session.close()
+        await server.close()
+
+
+@pytest.fixture
+def make_api() -> Callable[..., Any]:
+    """``async with make_api(settings) as api:`` starts the real app on an ephemeral loopback port."""
+    return running_app
+
+
+@pytest.fixture
+async def api(storage_url: str) -> AsyncIterator[Api]:
+    async with running_app(settings_from(base_config(storage_url))) as a:
+        yield a
+
+
+@pytest.fixture
+async def sqlite_api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}"))) as a:
+        yield a
+
