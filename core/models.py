@@ -145,6 +145,18 @@ class ChatActionRow(SQLModel, table=True):
     created_at: float = Field(sa_column=Column(Float, nullable=False))
 
 
+class MessageRefRow(SQLModel, table=True):
+    """Which request a posted chat message belongs to, so a reply or reaction to it finds its request."""
+
+    __tablename__ = "message_refs"
+
+    channel: str = Field(primary_key=True, max_length=32)
+    message_key: str = Field(primary_key=True, max_length=300)
+    tenant_id: str = Field(max_length=64)
+    request_id: str = Field(max_length=64, index=True)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+
+
 class StateRow(SQLModel, table=True):
     """Small durable key/value state: a connector's sync position, the server secret."""
 

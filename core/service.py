@@ -460,6 +460,21 @@ class RequestService:
             return None
         return row["tenant_id"], row["request_id"], json.loads(row["value_json"])
 
+    async def remember_message(self, *, channel: str, message_key: str, tenant_id: str, request_id: str) -> None:
+        """Record that a posted chat message (e.g. ``"<chat id>:<message id>"``) is about this request."""
+        await self.store.insert_message_ref({"channel": channel, "message_key": message_key, "tenant_id": tenant_id,
+                                             "request_id": request_id, "created_at": self.clock()})
+
+    async def lookup_message(self, *, channel: str, message_key: str) -> tuple[str, str] | None:
+        """(tenant_id, request_id) of a remembered chat message, or None."""
+        row = await self.store.get_message_ref(channel=channel, message_key=message_key)
+        return None if row is None else (row["tenant_id"], row["request_id"])
+
+    async def deliveries(self, *, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
+        """Delivery rows of a request (channel, target, status, attempts, last_error, ref)."""
+        rows = await self.store.deliveries_for(tenant_id, request_id)
+        return [{**r, "ref": json.loads(r["ref_json"]) if r["ref_json"] else {}} for r in rows]
+
     async def leadership(self, name: str) -> bool:
         return await self.store.try_leadership(name)
 

@@ -35,6 +35,7 @@ from core.models import (
     DeliveryRow,
     JournalRow,
     LinkRow,
+    MessageRefRow,
     RequestRow,
     StateRow,
 )
@@ -49,6 +50,7 @@ api_keys_t = ApiKeyRow.__table__
 annotations_t = AnnotationRow.__table__
 chat_actions_t = ChatActionRow.__table__
 state_t = StateRow.__table__
+message_refs_t = MessageRefRow.__table__
 
 GENESIS_HASH = "0" * 64
 NOTIFY_CHANNEL = "handraise_events"
@@ -412,6 +414,21 @@ class Store:
 
     async def get_chat_action(self, token: str, *, channel: str) -> dict[str, Any] | None:
         stmt = select(chat_actions_t).where(and_(chat_actions_t.c.token == token, chat_actions_t.c.channel == channel))
+        return await self._one(stmt, None)
+
+    # -- message refs ----------------------------------------------------------
+
+    async def insert_message_ref(self, row: Mapping[str, Any]) -> None:
+        async with self.transaction() as conn:
+            try:
+                async with conn.begin_nested():
+                    await conn.execute(insert(message_refs_t).values(**row))
+            except IntegrityError:
+                pass  # the same message remembered twice (a retried delivery): keep the first
+
+    async def get_message_ref(self, *, channel: str, message_key: str) -> dict[str, Any] | None:
+        stmt = select(message_refs_t).where(and_(message_refs_t.c.channel == channel,
+                                                 message_refs_t.c.message_key == message_key))
         return await self._one(stmt, None)
 
     # -- api keys --------------------------------------------------------------

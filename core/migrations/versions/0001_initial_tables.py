@@ -120,6 +120,17 @@ def upgrade() -> None:
     with op.batch_alter_table('links', schema=None) as batch_op:
         batch_op.create_index('ix_links_request', ['request_id'], unique=False)
 
+    op.create_table('message_refs',
+    sa.Column('channel', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
+    sa.Column('message_key', sqlmodel.sql.sqltypes.AutoString(length=300), nullable=False),
+    sa.Column('tenant_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('request_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('created_at', sa.Float(), nullable=False),
+    sa.PrimaryKeyConstraint('channel', 'message_key')
+    )
+    with op.batch_alter_table('message_refs', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_message_refs_request_id'), ['request_id'], unique=False)
+
     op.create_table('requests',
     sa.Column('id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
     sa.Column('tenant_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
@@ -156,6 +167,10 @@ def downgrade() -> None:
         batch_op.drop_index('ix_requests_status_expires')
 
     op.drop_table('requests')
+    with op.batch_alter_table('message_refs', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_message_refs_request_id'))
+
+    op.drop_table('message_refs')
     with op.batch_alter_table('links', schema=None) as batch_op:
         batch_op.drop_index('ix_links_request')
 
