@@ -1,0 +1,1 @@
+"""Handraise test suite."""
