@@ -126,6 +126,9 @@ class Store:
         return Path(database) if database and database != ":memory:" else None
 
     async def open(self) -> None:
+        # aiosqlite logs every statement with its parameters at DEBUG: answers must never reach a log.
+        logging.getLogger("aiosqlite").setLevel(logging.INFO)
+        logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
         if self.dialect == "sqlite":
             path = self.sqlite_path
             if path is not None:

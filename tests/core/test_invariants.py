@@ -1,0 +1,224 @@
+"""DESIGN.md's invariants that need more than one call: events, sensitive answers, the journal, several instances."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession
+
+from conftest import (
+    AGENT_KEY,
+    OTHER_READER_KEY,
+    READER_KEY,
+    Api,
+    base_config,
+    running_app,
+    settings_from,
+)
+from core.appkeys import SERVICE, STORE
+
+
+def body(uid: str, **extra: Any) -> dict[str, Any]:
+    return {"unique_id": uid, "message_for_user": "Enter the code", "timeout_seconds": 60, **extra}
+
+
+class SseReader:
+    """Reads ``GET /v1/events`` and yields (event, data) pairs; ready once the subscription comment arrives."""
+
+    def __init__(self, api: Api, key: str, **params: str) -> None:
+        self.api, self.key, self.params = api, key, params
+        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.status: int | None = None
+
+    async def run(self) -> None:
+        async with ClientSession() as session, session.get(
+            self.api.url("/v1/events"), params=self.params, headers={"Authorization": f"Bearer {self.key}"}
+        ) as resp:
+            self.status = resp.status
+            if resp.status != 200:
+                self.ready.set()
+                return
+            event = None
+            async for raw in resp.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith(": subscribed"):
+                    self.ready.set()
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event:
+                    await self.events.put((event, json.loads(line[6:])))
+                    event = None
+
+    async def next(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:
+        return await asyncio.wait_for(self.events.get(), timeout)
+
+
+async def start_reader(api: Api, key: str, **params: str) -> tuple[SseReader, asyncio.Task[None]]:
+    reader = SseReader(api, key, **params)
+    task = asyncio.create_task(reader.run())
+    await asyncio.wait_for(reader.ready.wait(), 5)
+    return reader, task
+
+
+# -- events -----------------------------------------------------------------------
+
+
+async def test_events_stream_to_read_keys_of_the_same_tenant_only(api: Api) -> None:
+    mine, t1 = await start_reader(api, READER_KEY)
+    theirs, t2 = await start_reader(api, OTHER_READER_KEY)
+    filtered, t3 = await start_reader(api, READER_KEY, run_id="run-b")
+    try:
+        req = await api.create(body("ev-1", run_id="run-a"))
+        event, data = await mine.next()
+        assert event == "request.created" and data["id"] == req["id"]
+        await api.submit("ev-1", "hello")
+        event, data = await mine.next()
+        assert event == "request.resolved" and data["status"] == "answered" and data["response"] == "hello"
+        other = await api.create(body("ev-2", run_id="run-b"))
+        event, data = await filtered.next()
+        assert data["id"] == other["id"]  # run-a's events never reached the run-b subscriber
+        assert theirs.events.empty()
+    finally:
+        for task in (t1, t2, t3):
+            task.cancel()
+
+
+async def test_events_need_a_read_key(sqlite_api: Api) -> None:
+    status, _ = await sqlite_api.call("GET", "/v1/events", key=AGENT_KEY)
+    assert status == 403
+    status, _ = await sqlite_api.call("GET", "/v1/events", key=None)
+    assert status == 401
+    status, _ = await sqlite_api.call("GET", "/v1/events", key=READER_KEY, params={"types": "request.exploded"})
+    assert status == 400
+
+
+# -- sensitive answers ------------------------------------------------------------
+
+SECRET = "918273645546"
+
+
+async def test_sensitive_answer_reaches_the_agent_once_then_leaves_log_events_and_disk(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    db = tmp_path / "secret.db"
+    async with running_app(settings_from(base_config(f"sqlite:///{db}"))) as api:
+        reader, task = await start_reader(api, READER_KEY)
+        req = await api.create(body("otp", sensitive=True, schema={"type": "string", "pattern": "^[0-9]{12}$"}))
+        status, _ = await api.submit("otp", SECRET)
+        assert status == 200
+        _, created = await reader.next()
+        _, resolved = await reader.next()
+        task.cancel()
+        assert resolved["status"] == "answered" and "response" not in resolved
+        # A read key never sees it; the agent does, once.
+        status, seen_by_reader = await api.call("GET", f"/v1/requests/{req['id']}", key=READER_KEY)
+        assert "response" not in seen_by_reader
+        got = await api.wait(req["id"])
+        assert got["response"] == SECRET
+        again = await api.wait(req["id"])
+        assert "response" not in again and again["response_deleted"] is True
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+        answered = next(e for e in entries if e["event"] == "answered")
+        assert "response" not in answered["data"] and len(answered["data"]["response_sha256"]) == 64
+    for path in tmp_path.iterdir():
+        assert SECRET.encode() not in path.read_bytes(), path.name
+    assert SECRET not in caplog.text
+    assert SECRET not in json.dumps([created, resolved])
+
+
+async def test_sensitive_answer_is_deleted_on_postgres_too(pg_url: str) -> None:
+    async with running_app(settings_from(base_config(pg_url))) as api:
+        req = await api.create(body("otp-pg", sensitive=True))
+        await api.submit("otp-pg", SECRET)
+        assert (await api.wait(req["id"]))["response"] == SECRET
+        row = await api.app[STORE].get_request("acme", req["id"])
+        assert row["response_json"] is None and row["response_purged"]
+
+
+# -- journal ----------------------------------------------------------------------
+
+
+async def test_journal_records_the_whole_chain_and_verifies(api: Api) -> None:
+    req = await api.create(body("j", schema={"type": "integer"}))
+    await api.submit("j", "not a number")
+    await api.submit("j", 7)
+    await api.wait(req["id"])
+    entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+    events = [e["event"] for e in entries]
+    assert events == ["created", "invalid_attempt", "answered"]
+    created, invalid, answered = entries
+    assert created["data"]["message_for_user"] == "Enter the code" and created["principal"] == "agent:agent-1"
+    assert invalid["data"]["errors"] and "not a number" not in json.dumps(invalid)
+    assert answered["principal"] == "operator:op-1" and answered["channel"] == "api"
+    assert answered["data"]["response"] == 7
+    assert await api.app[STORE].verify_journal() == []
+
+
+def _tamper(db: Path, sql: str) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE journal SET data_json = replace(data_json, '7', '8') WHERE event = 'answered'",
+    "UPDATE journal SET principal = 'operator:mallory' WHERE event = 'answered'",
+    "DELETE FROM journal WHERE seq = 2",
+    "DELETE FROM journal WHERE seq = (SELECT max(seq) FROM journal)",
+])
+async def test_journal_tampering_is_detected_by_the_cli(tmp_path: Path, sql: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from core.cli import main
+
+    db = tmp_path / "j.db"
+    config = tmp_path / "handraise.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{db}"\n')
+    async with running_app(settings_from(base_config(f"sqlite:///{db}"))) as api:
+        req = await api.create(body("t", schema={"type": "integer"}))
+        await api.submit("t", 7)
+        await api.wait(req["id"])
+    assert await asyncio.to_thread(main, ["--config", str(config), "journal", "verify"]) == 0
+    assert "intact" in capsys.readouterr().out
+    _tamper(db, sql)
+    assert await asyncio.to_thread(main, ["--config", str(config), "journal", "verify"]) == 1
+    assert "BROKEN" in capsys.readouterr().err
+
+
+# -- several instances on one PostgreSQL --------------------------------------------
+
+
+async def test_agent_waiting_on_one_instance_wakes_when_another_commits(pg_url: str) -> None:
+    settings = settings_from(base_config(pg_url))
+    async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
+        req = await a.create(body("multi"))
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.create_task(a.wait(req["id"], 30))
+        await asyncio.sleep(0.05)
+        status, _ = await b.submit("multi", "from b")
+        answered_at = loop.time()
+        assert status == 200
+        done = await asyncio.wait_for(waiter, 5)
+        assert done["response"] == "from b"
+        assert loop.time() - answered_at < 1.0
+        # b's event reached a's subscribers too
+        reader, task = await start_reader(a, READER_KEY)
+        await b.create(body("multi-2"))
+        event, data = await reader.next()
+        task.cancel()
+        assert event == "request.created" and data["unique_id"] == "multi-2"
+
+
+async def test_racing_instances_have_one_winner(pg_url: str) -> None:
+    settings = settings_from(base_config(pg_url))
+    async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
+        await a.create(body("race2"))
+        results = await asyncio.gather(*[(a if i % 2 else b).submit("race2", f"v{i}") for i in range(20)])
+        assert [s for s, _ in results].count(200) == 1
