@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from core.annotations import AnnotationService
 from core.appkeys import (
+    ANNOTATIONS,
     BUS,
     CONNECTORS,
     DISPATCHER,
@@ -25,6 +27,7 @@ from core.config import Settings
 from core.connectors import Connector, load_enabled
 from core.dispatch import Dispatcher
 from core.events import EventBus, PostgresListener
+from core.http import annotations as annotation_routes
 from core.http import events as events_routes
 from core.http import health, openapi
 from core.http import requests as request_routes
@@ -39,6 +42,8 @@ log = logging.getLogger(__name__)
 async def create_app(settings: Settings, *, connector_classes: list[type[Connector]] | None = None,
                      instance_id: str | None = None) -> web.Application:
     """Build the application. Connectors default to the enabled ones found by entry point."""
+    # Find the connectors first: a configured one that cannot be imported fails before anything opens.
+    classes = load_enabled(settings) if connector_classes is None else connector_classes
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
     instance_id = instance_id or secrets.token_hex(6)
     store = Store(url=settings.storage.url)
@@ -49,28 +54,25 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[STORE] = store
     app[BUS] = bus
     app[SERVICE] = service
+    app[ANNOTATIONS] = AnnotationService(settings=settings, store=store, bus=bus)
     app[INSTANCE_ID] = instance_id
     app[KEYRING] = Keyring(settings=settings, store=store)
     app[HTTP_SESSION] = http
 
-    for table in (health.routes, openapi.routes, request_routes.routes, events_routes.routes):
+    for table in (health.routes, openapi.routes, request_routes.routes, events_routes.routes,
+                  annotation_routes.routes):
         app.router.add_routes(table)
 
-    classes = load_enabled(settings) if connector_classes is None else connector_classes
     connectors: dict[str, Connector] = {}
-    for cls in classes:
-        connector = cls(settings=cls.load_settings(settings), service=service, http=http,
-                        log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings)
-        connectors[cls.name] = connector
-        defs = connector.routes()
-        if defs:
-            prefix = cls.mount_prefix if cls.mount_prefix is not None else f"/bots/{cls.name}"
-            if prefix:
-                sub = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
-                sub.add_routes(defs)
-                app.add_subapp(prefix, sub)
-            else:
-                app.router.add_routes(defs)
+    try:
+        for cls in classes:
+            connector = cls(settings=cls.load_settings(settings), service=service, http=http,
+                            log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings)
+            connectors[cls.name] = connector
+            _mount(app, connector, settings)
+    except BaseException:
+        await http.close()
+        raise
     app[CONNECTORS] = connectors
     service.channels = set(connectors) | {"web"}
     app[DISPATCHER] = Dispatcher(service=service, connectors=connectors)
@@ -80,6 +82,19 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app.cleanup_ctx.append(_sweeper_ctx)
     app.cleanup_ctx.append(_connectors_ctx)
     return app
+
+
+def _mount(app: web.Application, connector: Connector, settings: Settings) -> None:
+    defs = connector.routes()
+    if not defs:
+        return
+    prefix = connector.mount_prefix if connector.mount_prefix is not None else f"/bots/{connector.name}"
+    if prefix:
+        sub = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
+        sub.add_routes(defs)
+        app.add_subapp(prefix, sub)
+    else:
+        app.router.add_routes(defs)
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,236 @@
+"""Configuration loading and the ``handraise`` command, the latter as real subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pydantic import BaseModel
+
+from core.config import Settings, load_settings
+from core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config.example.toml"
+
+
+# -- configuration ----------------------------------------------------------------
+
+
+def _model_keys(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+def test_example_config_loads_and_documents_every_core_key() -> None:
+    settings = load_settings(EXAMPLE, environ={})
+    raw = tomllib.loads(EXAMPLE.read_text())
+    for section in ("server", "storage", "feedback", "limits", "logging"):
+        model = type(getattr(settings, section))
+        assert set(raw[section]) == _model_keys(model), section
+    tenant = raw["tenants"][0]
+    assert set(tenant) == _model_keys(type(settings.tenants[0]))
+    documented_key_fields = {k for key in tenant["keys"] for k in key}
+    assert documented_key_fields == _model_keys(type(settings.tenants[0].keys[0]))
+
+
+def test_example_config_documents_every_connector_key() -> None:
+    from core.connectors import discover
+
+    raw = tomllib.loads(EXAMPLE.read_text())
+    for name, ep in discover().items():
+        cls = ep.load()
+        if cls.settings_model is None:
+            continue
+        assert name in raw, f"config.example.toml has no [{name}] section"
+        section = raw[name][0] if isinstance(raw[name], list) else raw[name]
+        missing = _model_keys(cls.settings_model) - set(section)
+        assert not missing, f"[{name}] does not document {sorted(missing)}"
+        # And the documented section is valid for the connector's own model.
+        cls.settings_model.model_validate(section)
+
+
+def test_no_config_is_the_embedded_default() -> None:
+    settings = load_settings(None, environ={})
+    assert settings.storage.url == "sqlite:///handraise.db"
+    assert [t.id for t in settings.tenants] == ["default"]
+    assert settings.tenants[0].default_channels == ["web"]
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ("[server]\nprot = 8080\n", "server.prot: unknown key"),
+    ("[server]\nport = 'eighty'\n", "server.port"),
+    ("[storage]\nurl = 'mysql://x'\n", "storage.url"),
+    ("[[tenants]]\nid = 'a'\n[[tenants.keys]]\nid = 'k'\nscopes = ['ask']\n", "exactly one of key or key_sha256"),
+    ("[[tenants]]\nid = 'a'\n[[tenants.keys]]\nid = 'k'\nkey = 'short'\nscopes = ['ask']\n", "16 characters"),
+    ("[[tenants]]\nid = 'a'\n[[tenants.keys]]\nid = 'k'\nkey = '0123456789abcdefgh'\nscopes = ['ask', 'answer']\n",
+     "never answer"),
+    ("[[tenants]]\nid = 'a'\n[[tenants.keys]]\nid = 'k'\nkey = '0123456789abcdefgh'\nscopes = ['root']\n", "scopes"),
+    ("[[tenants]]\nid = 'a'\n[[tenants]]\nid = 'a'\n", "appears twice"),
+    ("[limits]\nmax_schema_fields = 50\n", "limits.max_schema_fields"),
+    ("this is not toml", "not valid TOML"),
+])
+def test_bad_config_names_the_key(tmp_path: Path, toml: str, needle: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    assert needle in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_environment_overrides_and_hashed_keys(tmp_path: Path) -> None:
+    key = "a-literal-agent-key-123"
+    path = tmp_path / "c.toml"
+    path.write_text(f"""
+[[tenants]]
+id = "t"
+  [[tenants.keys]]
+  id = "hashed"
+  key_sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"
+  scopes = ["ask"]
+""")
+    settings = load_settings(path, environ={"HANDRAISE_STORAGE__URL": "postgresql://u@h/db",
+                                            "HANDRAISE_SERVER__PORT": "9999",
+                                            "HANDRAISE_FEEDBACK__ENABLED": "false",
+                                            "HANDRAISE_TELEGRAM__TOKEN": "123:abc"})
+    assert settings.storage.url == "postgresql://u@h/db"
+    assert settings.server.port == 9999 and settings.feedback.enabled is False
+    assert settings.telegram == {"token": "123:abc"}
+    assert settings.tenants[0].keys[0].digest() == hashlib.sha256(key.encode()).hexdigest()
+    with pytest.raises(ConfigError, match="server.port"):
+        load_settings(path, environ={"HANDRAISE_SERVER__PORT": "many"})
+
+
+def test_secrets_do_not_show_in_reprs() -> None:
+    settings = Settings.model_validate({"tenants": [{"id": "a", "keys": [
+        {"id": "k", "key": "super-secret-key-value", "scopes": ["ask"]}]}]})
+    assert "super-secret-key-value" not in repr(settings) and "super-secret-key-value" not in str(settings)
+
+
+# -- the command, as a subprocess --------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANDRAISE_")}
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], *, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=_env(), **kwargs)
+
+
+@contextlib.contextmanager
+def serving(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "serve", "--port", str(port), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "serving on" in line:
+                break
+        else:
+            raise AssertionError(f"server did not start: {proc.stderr.read() if proc.stderr else ''}")
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_bad_config_fails_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("[server]\nprot = 1\n")
+    result = _run(["--config", "bad.toml", "serve"], cwd=tmp_path)
+    assert result.returncode == 64
+    assert result.stderr.strip() == "handraise: config error: bad.toml: server.prot: unknown key"
+
+
+def test_serve_with_no_config_says_how_to_get_a_key(tmp_path: Path) -> None:
+    with serving(tmp_path) as (proc, port):
+        assert proc.stdout is not None
+        hint = [proc.stdout.readline() for _ in range(3)]
+    assert "handraise keys create --tenant default --scopes ask" in "".join(hint)
+    assert (tmp_path / "handraise.db").exists()
+
+
+async def _http(method: str, url: str, key: str | None = None, **kwargs: Any) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with aiohttp.ClientSession() as s, s.request(method, url, headers=headers, **kwargs) as r:
+        return r.status, await r.json(content_type=None)
+
+
+def _created_key(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return next(line.split()[-1] for line in result.stdout.splitlines() if line.startswith("key:"))
+
+
+async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
+    """Keys made by the CLI work; ``handraise ask`` prints the answer; a kill -9 loses no pending request."""
+    agent = _created_key(await asyncio.to_thread(_run, ["keys", "create", "--tenant", "default", "--scopes", "ask"],
+                                                 cwd=tmp_path))
+    operator = _created_key(await asyncio.to_thread(
+        _run, ["keys", "create", "--tenant", "default", "--scopes", "answer,read", "--id", "ops"], cwd=tmp_path))
+    listing = await asyncio.to_thread(_run, ["keys", "list"], cwd=tmp_path)
+    assert "ops\tdefault\tanswer,read\tactive" in listing.stdout and agent not in listing.stdout
+    refused = await asyncio.to_thread(_run, ["keys", "create", "--tenant", "nope", "--scopes", "ask"], cwd=tmp_path)
+    assert refused.returncode == 64 and "nope" in refused.stderr
+
+    with serving(tmp_path) as (proc, port):
+        base = f"http://127.0.0.1:{port}"
+        status, req = await _http("POST", f"{base}/v1/requests", agent,
+                                  json={"unique_id": "survive", "message_for_user": "code?", "timeout_seconds": 300})
+        assert status == 201
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with serving(tmp_path) as (_proc, port):
+        base = f"http://127.0.0.1:{port}"
+        status, _ = await _http("POST", f"{base}/api/human-feedback/submit", operator,
+                                json={"unique_id": "survive", "response": "123456"})
+        assert status == 200
+        status, done = await _http("GET", f"{base}/v1/requests/{req['id']}/wait?timeout=5", agent)
+        assert done["status"] == "answered" and done["response"] == "123456"
+
+        env = _env(HANDRAISE_KEY=agent, HANDRAISE_URL=base)
+
+        async def ask(*extra: str) -> subprocess.Popen[str]:
+            return subprocess.Popen([sys.executable, "-m", "core.cli", "ask", "Approve the deploy?", *extra],
+                                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+        asking = await ask("--approval", "--unique-id", "cli-approval", "--timeout", "60")
+        for _ in range(200):
+            status, _ = await _http("POST", f"{base}/api/human-feedback/submit", operator,
+                                    json={"unique_id": "cli-approval", "response": {"decision": "approve"}})
+            if status == 200:
+                break
+            await asyncio.sleep(0.05)  # the CLI process has not created its request yet
+        out, _err = await asyncio.to_thread(asking.communicate, timeout=30)
+        assert asking.returncode == 0 and json.loads(out) == {"decision": "approve"}
+
+        expiring = await ask("--timeout", "1")
+        _out, err = await asyncio.to_thread(expiring.communicate, timeout=30)
+        assert expiring.returncode == 2 and json.loads(err)["status"] == "expired"
