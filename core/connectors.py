@@ -14,20 +14,56 @@ import logging
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ValidationError
 
 from core.api import RequestView
 from core.config import Settings
-from core.errors import ConfigError
+from core.errors import (
+    AlreadyAnsweredError,
+    ConfigError,
+    ExpiredError,
+    InvalidAnswerError,
+    NotFoundError,
+    RequestCancelledError,
+)
 
 if TYPE_CHECKING:
     from core.service import RequestService
 
 ENTRY_POINT_GROUP = "handraise.connectors"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """What became of a human's answer from chat, with a short text to show them.
+
+    ``code`` is one of: ``accepted``, ``not_authorized``, ``not_found``, ``already_answered``,
+    ``expired``, ``cancelled``, ``invalid`` (``message`` then says what is wrong, field by field).
+    """
+
+    code: str
+    message: str
+    view: RequestView | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.code == "accepted"
+
+
+_OUTCOME_TEXT = {
+    "accepted": "Thanks, your answer was recorded.",
+    "not_authorized": "You are not authorized to answer this.",
+    "not_found": "This question is no longer known.",
+    "already_answered": "This was already answered.",
+    "expired": "This question expired.",
+    "cancelled": "This question was cancelled.",
+}
 
 
 class Connector(ABC):
@@ -96,6 +132,19 @@ class Connector(ABC):
                 pass
         self._tasks.clear()
 
+    async def retry(self, step: Callable[[], Awaitable[T]], *, what: str) -> T:
+        """Call ``step`` until it succeeds, with the same capped, jittered backoff; return its result."""
+        delay = self.backoff_initial
+        while True:
+            try:
+                return await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, delay)
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, self.backoff_cap)
+
     def spawn(self, coro: Awaitable[Any], *, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
         self._tasks.add(task)
@@ -129,6 +178,48 @@ class Connector(ABC):
         """Whether a messenger user may answer this tenant's requests (the allowlist)."""
         return False
 
+    def principal(self, user_id: str) -> str:
+        """Who acted, as journaled: ``telegram:<user id>``, ``slack:<team>/<user>`` ..."""
+        return f"{self.name}:{user_id}"
+
+    # -- inbound answers -------------------------------------------------------
+
+    async def submit_answer(self, *, tenant_id: str, request_id: str, user_id: str,
+                            response: Any) -> AnswerOutcome:
+        """Check the allowlist, then submit through core (validation, one winner, journal).
+
+        Every inbound answer of every chat connector goes through here, so a stranger is
+        refused the same way everywhere and nothing about the request changes for them.
+        """
+        if not self.may_answer(tenant_id, user_id):
+            self.log.info("answer refused: not on the allowlist",
+                          extra={"request_id": request_id, "channel": self.name})
+            # Audited, never applied: the request itself does not change.
+            await self.service.journal(tenant_id=tenant_id, event="answer_refused", request_id=request_id,
+                                       principal=self.principal(user_id), channel=self.name,
+                                       data={"reason": "not_authorized"})
+            return AnswerOutcome("not_authorized", _OUTCOME_TEXT["not_authorized"])
+        try:
+            view = await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=response,
+                                             principal=self.principal(user_id), via=self.name)
+        except InvalidAnswerError as e:
+            return AnswerOutcome("invalid", invalid_answer_text(e))
+        except AlreadyAnsweredError:
+            return AnswerOutcome("already_answered", _OUTCOME_TEXT["already_answered"])
+        except ExpiredError:
+            return AnswerOutcome("expired", _OUTCOME_TEXT["expired"])
+        except RequestCancelledError:
+            return AnswerOutcome("cancelled", _OUTCOME_TEXT["cancelled"])
+        except NotFoundError:
+            return AnswerOutcome("not_found", _OUTCOME_TEXT["not_found"])
+        return AnswerOutcome("accepted", _OUTCOME_TEXT["accepted"], view)
+
+    @staticmethod
+    def terminal_outcome(view: RequestView) -> AnswerOutcome | None:
+        """The refusal for an answer to a request that is no longer pending, or None while it is."""
+        code = {"answered": "already_answered", "expired": "expired", "cancelled": "cancelled"}.get(view.status)
+        return None if code is None else AnswerOutcome(code, _OUTCOME_TEXT[code], view)
+
     # -- delivery --------------------------------------------------------------
 
     @abstractmethod
@@ -140,11 +231,18 @@ class Connector(ABC):
 
     @abstractmethod
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
-        """The request is terminal: show its outcome where it was posted and remove its buttons."""
+        """The request is terminal: show its outcome where it was posted and remove its buttons.
 
-    async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
-        """Ping a still-pending request once more (``remind_after_seconds``); default: post it again."""
-        await self.deliver(request, target=target)
+        Must be idempotent: with several instances the same message may be withdrawn twice.
+        """
+
+    async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:
+        """Ping a still-pending request once more (``remind_after_seconds``); default: post it again.
+
+        Return the ref of anything posted that must be withdrawn too (the dispatcher keeps it
+        beside the original's and calls ``withdraw`` for both), or None.
+        """
+        return await self.deliver(request, target=target)
 
     def remind_after(self) -> float | None:
         value = getattr(self.settings, "remind_after_seconds", None)
@@ -175,3 +273,48 @@ def load_enabled(app_settings: Settings) -> list[type[Connector]]:
         if name == "web" or cls.is_enabled(app_settings):
             classes.append(cls)
     return classes
+
+
+def outcome_text(view: RequestView, *, who: str | None = None) -> str:
+    """One line on how a terminal request ended, for withdrawn messages.
+
+    ``who`` is a display name the connector knows for the principal (e.g. "Alice (@alice)");
+    without it the principal is shown as journaled. A sensitive answer is never shown.
+    """
+    if view.status == "answered":
+        by = who or _principal_label(view.resolved_by)
+        via = _CHANNEL_LABEL.get(view.resolved_via or "", view.resolved_via or "an unknown channel")
+        return f"Answered by {by} via {via}" if by else f"Answered via {via}"
+    if view.status == "expired":
+        return "Expired"
+    if view.status == "cancelled":
+        return "Cancelled"
+    return "Pending"
+
+
+_CHANNEL_LABEL = {"web": "the web form", "api": "the API", "telegram": "Telegram", "matrix": "Matrix",
+                  "slack": "Slack", "webhooks": "a webhook"}
+
+
+def _principal_label(principal: str | None) -> str:
+    if not principal:
+        return ""
+    kind, _, rest = principal.partition(":")
+    # A link is a person without a name here; "via the web form" already says it all.
+    if kind == "link":
+        return ""
+    if kind == "operator":
+        return f"operator {rest}"
+    return rest or principal
+
+
+def invalid_answer_text(error: InvalidAnswerError) -> str:
+    """An invalid answer explained to the human, one line per field; never quotes the value."""
+    details = error.details if isinstance(error.details, list) else []
+    lines = []
+    for d in details:
+        field, message = d.get("field") or "", d.get("message") or ""
+        lines.append(f"• {field}: {message}" if field else f"• {message}")
+    if not lines:
+        return f"That answer is not valid: {error.message}"
+    return "That answer is not valid:\n" + "\n".join(lines)

@@ -4,57 +4,96 @@ Each (request, channel, target) is one delivery row; attempts and outcomes are
 journaled and shown on the request as ``deliveries``. Every delivery runs as its
 own task, so a failing channel never delays another. Only the instance where an
 event happened acts on it (``Event.local``), so deliveries are not duplicated
-across instances.
+across instances; a periodic recovery pass (one instance at a time) picks up
+what a crashed instance left half done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
+from collections.abc import Coroutine
 from typing import Any
 
 from core.api import RequestView
 from core.connectors import Connector
 from core.errors import ConnectorError, NotFoundError
 from core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
+from core.redaction import redact
 from core.service import RequestService
 
 log = logging.getLogger(__name__)
 
+# Refs of reminder messages are kept inside the original delivery's ref under this key.
+REMINDER_REFS = "_reminders"
+_LEADER = "dispatch-recovery"
+
 
 class Dispatcher:
+    """Runs deliveries, withdrawals and reminders for the connectors of one instance."""
+
     def __init__(self, *, service: RequestService, connectors: dict[str, Connector],
-                 max_attempts: int = 8, backoff_initial: float = 0.5, backoff_cap: float = 30.0) -> None:
+                 max_attempts: int = 12, backoff_initial: float = 0.5, backoff_cap: float = 60.0,
+                 withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
         self.service = service
         self.connectors = connectors
+        # 12 attempts with a 60 s cap span about five minutes: a messenger outage of that
+        # length still delivers; a permanent error stops at once.
         self.max_attempts = max_attempts
         self.backoff_initial = backoff_initial
         self.backoff_cap = backoff_cap
+        self.withdraw_attempts = withdraw_attempts
+        self.recovery_interval = recovery_interval
+        # Work in flight per request (what ``idle`` waits for).
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
+        # Sleeping reminders and the recovery loop: not "work in flight".
+        self._timers: set[asyncio.Task[Any]] = set()
+        # Set when a request becomes terminal (here or on another instance): cuts retry waits short.
+        self._resolved: dict[str, asyncio.Event] = {}
+        self._withdrawing: set[int] = set()
+        self._recover_lock = asyncio.Lock()
         self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
         self.service.bus.add_listener(self._on_event)
+        if self.connectors and self.recovery_interval > 0:
+            self._timer(self._recovery_loop(), name="dispatch-recovery")
 
     async def stop(self) -> None:
         self._closed = True
-        tasks = [t for ts in self._tasks.values() for t in ts]
+        tasks = [t for ts in self._tasks.values() for t in ts] + list(self._timers)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._timers.clear()
+        with contextlib.suppress(Exception):
+            await self.service.release_leadership(_LEADER)
 
     async def idle(self) -> None:
-        """Wait until no delivery work is in flight (tests and graceful shutdown)."""
+        """Wait until no delivery work is in flight (tests and graceful shutdown).
+
+        Reminders still sleeping towards their time are not work in flight.
+        """
         while True:
             tasks = [t for ts in self._tasks.values() for t in ts if not t.done()]
             if not tasks:
                 return
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    # -- events ----------------------------------------------------------------
+
     def _on_event(self, ev: Event) -> None:
+        if ev.type == REQUEST_RESOLVED:
+            # Wherever it was resolved, local retries and reminders stop waiting.
+            flag = self._resolved.get(ev.object_id)
+            if flag is not None:
+                flag.set()
         if not ev.local or self._closed:
             return
         if ev.type == REQUEST_CREATED:
@@ -62,20 +101,55 @@ class Dispatcher:
         elif ev.type == REQUEST_RESOLVED:
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
 
-    def _spawn(self, request_id: str, coro: Any) -> asyncio.Task[Any]:
+    def _spawn(self, request_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         bucket = self._tasks.setdefault(request_id, set())
         bucket.add(task)
+        self._resolved.setdefault(request_id, asyncio.Event())
 
         def done(t: asyncio.Task[Any]) -> None:
             bucket.discard(t)
             if not bucket and self._tasks.get(request_id) is bucket:
                 del self._tasks[request_id]
+                if not any(request_id == getattr(x, "request_id", None) for x in self._timers):
+                    self._resolved.pop(request_id, None)
             if not t.cancelled() and t.exception() is not None:
                 log.error("delivery task failed", exc_info=t.exception())
 
         task.add_done_callback(done)
         return task
+
+    def _timer(self, coro: Coroutine[Any, Any, Any], *, name: str, request_id: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.request_id = request_id  # type: ignore[attr-defined]
+        if request_id is not None:
+            self._resolved.setdefault(request_id, asyncio.Event())
+        self._timers.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._timers.discard(t)
+            if request_id is not None and request_id not in self._tasks:
+                self._resolved.pop(request_id, None)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("dispatch timer failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    async def _pause(self, request_id: str, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when the request became terminal meanwhile."""
+        flag = self._resolved.setdefault(request_id, asyncio.Event())
+        if flag.is_set():
+            return True
+        try:
+            await asyncio.wait_for(flag.wait(), timeout=max(0.0, seconds))
+            return True
+        except TimeoutError:
+            return False
+
+    def _backoff(self, delay: float) -> float:
+        return delay * (0.5 + random.random() / 2)
+
+    # -- delivery --------------------------------------------------------------
 
     async def _deliver_all(self, tenant_id: str, request_id: str) -> None:
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
@@ -83,17 +157,28 @@ class Dispatcher:
             connector = self.connectors.get(channel)
             if connector is None:
                 continue
-            for target in connector.targets(tenant_id):
+            targets = connector.targets(tenant_id)
+            if not targets:
+                log.debug("channel serves no target for this tenant",
+                          extra={"request_id": request_id, "channel": channel, "tenant_id": tenant_id})
+            for target in targets:
                 delivery_id = await self.service.store.upsert_delivery(
                     tenant_id=tenant_id, request_id=request_id, channel=channel, target=target,
                     now=self.service.clock())
                 self._spawn(request_id, self._deliver_one(connector, view, target, delivery_id))
 
-    async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int) -> None:
+    async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                           *, first_attempt: int = 1) -> None:
         store = self.service.store
         delay = self.backoff_initial
-        for attempt in range(1, self.max_attempts + 1):
-            current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        attempt = first_attempt - 1
+        while True:
+            attempt += 1
+            try:
+                current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id,
+                                                 with_deliveries=False)
+            except NotFoundError:
+                return
             if current.terminal:
                 await store.update_delivery(delivery_id, status="withdrawn", attempts=attempt - 1)
                 return
@@ -102,59 +187,90 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                error = e if isinstance(e, ConnectorError) else ConnectorError(f"{type(e).__name__}: {e}")
-                permanent = error.permanent or attempt == self.max_attempts
-                await store.update_delivery(delivery_id, status="failed" if permanent else "pending",
-                                            attempts=attempt, last_error=error.message[:500])
+                error = _as_connector_error(e)
+                message = _error_text(error)
+                final = error.permanent or attempt >= self.max_attempts
+                await store.update_delivery(delivery_id, status="failed" if final else "pending",
+                                            attempts=attempt, last_error=message)
                 await self.service.journal(
                     tenant_id=view.tenant_id, event="delivery_failed", request_id=view.id, run_id=view.run_id,
                     channel=connector.name,
-                    data={"target": target, "attempt": attempt, "error": error.message[:500],
-                          "final": permanent})
+                    data={"target": target, "attempt": attempt, "error": message, "final": final,
+                          **({"retry_after": error.retry_after} if error.retry_after is not None else {})})
                 log.warning("delivery failed", extra={"request_id": view.id, "channel": connector.name,
-                                                      "attempt": attempt, "error": error.message[:200]})
-                if permanent:
+                                                      "attempt": attempt, "final": final, "error": message[:200]})
+                if final:
                     return
-                wait = error.retry_after if error.retry_after is not None else delay * (0.5 + random.random() / 2)
+                wait = error.retry_after if error.retry_after is not None else self._backoff(delay)
                 delay = min(delay * 2, self.backoff_cap)
-                await asyncio.sleep(wait)
+                await self._pause(view.id, wait)
                 continue
+            ref = ref or {}
             await store.update_delivery(delivery_id, status="sent", attempts=attempt, last_error=None,
-                                        ref_json=json.dumps(ref or {}))
+                                        ref_json=json.dumps(ref))
             await self.service.journal(tenant_id=view.tenant_id, event="delivered", request_id=view.id,
                                        run_id=view.run_id, channel=connector.name,
                                        data={"target": target, "attempt": attempt})
             # Resolved while we were sending: the withdraw pass may have missed this message.
             after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
             if after.terminal:
-                await self._withdraw_one(connector, after, target, delivery_id, ref or {})
+                await self._withdraw_one(connector, after, target, delivery_id, ref)
                 return
             remind_after = connector.remind_after()
             if remind_after:
-                self._spawn(view.id, self._remind(connector, view, target, delivery_id, ref or {}, remind_after))
+                self._schedule_reminder(connector, after, target, delivery_id, remind_after)
             return
 
-    async def _remind(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
-                      ref: dict[str, Any], after: float) -> None:
-        deadline = view.expires_at - self.service.clock()
-        if after >= deadline:
+    # -- reminders -------------------------------------------------------------
+
+    def _schedule_reminder(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                           after: float) -> None:
+        if after >= view.expires_at - self.service.clock():
+            return  # it would only remind of something about to expire
+        self._timer(self._remind_later(connector, view, target, delivery_id, after),
+                    name=f"remind:{view.id}", request_id=view.id)
+
+    async def _remind_later(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                            after: float) -> None:
+        if await self._pause(view.id, after) or self._closed:
             return
-        await asyncio.sleep(after)
+        # The send itself is work in flight; the sleep before it was not.
+        self._spawn(view.id, self._remind_one(connector, view, target, delivery_id))
+
+    async def _remind_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int) -> None:
         try:
             current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         except NotFoundError:
             return
-        if current.terminal:
+        row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
+        if current.terminal or row is None or row["status"] != "sent" or row["reminded_at"] is not None:
             return
-        try:
-            await connector.remind(current, target=target, ref=ref)
-        except Exception as e:
-            log.warning("reminder failed", extra={"request_id": view.id, "channel": connector.name,
-                                                  "error": str(e)[:200]})
-            return
+        # Marked first: a reminder is sent at most once, even if the send below fails.
         await self.service.store.update_delivery(delivery_id, reminded_at=self.service.clock())
+        ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
+        try:
+            extra = await connector.remind(current, target=target, ref=_main_ref(ref))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            message = _error_text(_as_connector_error(e))
+            log.warning("reminder failed", extra={"request_id": view.id, "channel": connector.name,
+                                                  "error": message[:200]})
+            await self.service.journal(tenant_id=view.tenant_id, event="reminder_failed", request_id=view.id,
+                                       run_id=view.run_id, channel=connector.name,
+                                       data={"target": target, "error": message})
+            return
+        if extra:
+            ref[REMINDER_REFS] = [*ref.get(REMINDER_REFS, []), extra]
+            await self.service.store.update_delivery(delivery_id, ref_json=json.dumps(ref))
         await self.service.journal(tenant_id=view.tenant_id, event="reminded", request_id=view.id,
                                    run_id=view.run_id, channel=connector.name, data={"target": target})
+        after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        if after.terminal and extra:
+            # Resolved while the reminder was being posted: the withdraw pass may have missed it.
+            await self._withdraw_one(connector, after, target, delivery_id, ref)
+
+    # -- withdraw --------------------------------------------------------------
 
     async def _withdraw_all(self, tenant_id: str, request_id: str) -> None:
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id)
@@ -168,19 +284,127 @@ class Dispatcher:
 
     async def _withdraw_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                             ref: dict[str, Any]) -> None:
-        delay = self.backoff_initial
-        for attempt in range(1, 4):
-            try:
-                await connector.withdraw(view, target=target, ref=ref)
-                await self.service.store.update_delivery(delivery_id, status="withdrawn")
+        if delivery_id in self._withdrawing:
+            return
+        self._withdrawing.add(delivery_id)
+        try:
+            row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
+            if row is None or row["status"] == "withdrawn":
                 return
+            if row["ref_json"]:
+                ref = json.loads(row["ref_json"])  # the freshest, with any reminder refs
+            refs = [_main_ref(ref), *ref.get(REMINDER_REFS, [])]
+            delay = self.backoff_initial
+            for attempt in range(1, self.withdraw_attempts + 1):
+                try:
+                    for one in refs:
+                        await connector.withdraw(view, target=target, ref=one)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    error = _as_connector_error(e)
+                    message = _error_text(error)
+                    final = error.permanent or attempt >= self.withdraw_attempts
+                    await self.service.store.update_delivery(delivery_id, last_error=message)
+                    await self.service.journal(
+                        tenant_id=view.tenant_id, event="withdraw_failed", request_id=view.id, run_id=view.run_id,
+                        channel=connector.name,
+                        data={"target": target, "attempt": attempt, "error": message, "final": final})
+                    log.warning("withdraw failed", extra={"request_id": view.id, "channel": connector.name,
+                                                          "attempt": attempt, "error": message[:200]})
+                    if final:
+                        return
+                    wait = error.retry_after if error.retry_after is not None else self._backoff(delay)
+                    delay = min(delay * 2, self.backoff_cap)
+                    await asyncio.sleep(wait)
+                    continue
+                await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
+                await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,
+                                           run_id=view.run_id, channel=connector.name,
+                                           data={"target": target, "status": view.status})
+                return
+        finally:
+            self._withdrawing.discard(delivery_id)
+
+    async def _delivery_row(self, tenant_id: str, request_id: str, delivery_id: int) -> dict[str, Any] | None:
+        rows = await self.service.store.deliveries_for(tenant_id, request_id)
+        return next((r for r in rows if r["id"] == delivery_id), None)
+
+    # -- recovery --------------------------------------------------------------
+
+    async def _recovery_loop(self) -> None:
+        first = True
+        while True:
+            try:
+                if await self.service.leadership(_LEADER) and await self.service.leadership_alive(_LEADER):
+                    await self.recover(startup=first)
+                    first = False
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
-                retry_after = e.retry_after if isinstance(e, ConnectorError) else None
-                log.warning("withdraw failed", extra={"request_id": view.id, "channel": connector.name,
-                                                      "attempt": attempt, "error": str(e)[:200]})
-                if isinstance(e, ConnectorError) and e.permanent:
-                    return
-                await asyncio.sleep(retry_after if retry_after is not None else delay)
-                delay = min(delay * 2, self.backoff_cap)
+            except Exception:
+                log.exception("delivery recovery failed")
+            await asyncio.sleep(self.recovery_interval)
+
+    async def recover(self, *, startup: bool = False) -> int:
+        """Resume what a stopped or crashed instance left undone; returns how many were resumed.
+
+        For every pending request: deliveries never started or stalled in their retries are
+        sent, and overdue reminders fire. Work this instance is doing itself is left alone;
+        with several instances only work older than a live instance's retry horizon counts
+        as abandoned, so nothing is sent twice.
+        """
+        async with self._recover_lock:
+            return await self._recover(startup=startup)
+
+    async def _recover(self, *, startup: bool) -> int:
+        now = self.service.clock()
+        alone = not self.service.store.is_postgres
+        # A live instance touches a pending delivery at least every backoff_cap seconds.
+        stale = 2 * self.backoff_cap + 30
+        resumed = 0
+        for tenant in self.service.settings.tenants:
+            for view in await self.service.list(tenant_id=tenant.id, status="pending", limit=500):
+                if view.id in self._tasks or (view.expires_at <= now):
+                    continue
+                rows = {(r["channel"], r["target"]): r
+                        for r in await self.service.store.deliveries_for(tenant.id, view.id)}
+                for channel in view.channels:
+                    connector = self.connectors.get(channel)
+                    if connector is None:
+                        continue
+                    for target in connector.targets(tenant.id):
+                        row = rows.get((channel, target))
+                        if row is None:
+                            if not (alone and startup) and now - view.created_at < stale:
+                                continue  # its creator may be about to deliver it
+                            delivery_id = await self.service.store.upsert_delivery(
+                                tenant_id=tenant.id, request_id=view.id, channel=channel, target=target, now=now)
+                            self._spawn(view.id, self._deliver_one(connector, view, target, delivery_id))
+                            resumed += 1
+                        elif row["status"] == "pending":
+                            if not (alone and startup) and now - row["updated_at"] < stale:
+                                continue
+                            self._spawn(view.id, self._deliver_one(connector, view, target, row["id"],
+                                                                   first_attempt=row["attempts"] + 1))
+                            resumed += 1
+                        elif row["status"] == "sent" and row["reminded_at"] is None:
+                            after = connector.remind_after()
+                            if after and now - row["updated_at"] >= after + (0 if alone and startup else stale):
+                                self._spawn(view.id, self._remind_one(connector, view, target, row["id"]))
+                                resumed += 1
+        if resumed:
+            log.info("deliveries resumed", extra={"count": resumed})
+        return resumed
+
+
+def _main_ref(ref: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in ref.items() if k != REMINDER_REFS}
+
+
+def _as_connector_error(e: BaseException) -> ConnectorError:
+    return e if isinstance(e, ConnectorError) else ConnectorError(f"{type(e).__name__}: {e}")
+
+
+def _error_text(error: ConnectorError) -> str:
+    # Shown on GET /v1/requests/{id} and journaled: no token or key may ride along.
+    return redact(error.message)[:500]
