@@ -1,0 +1,449 @@
+"""The Slack connector: a slack-bolt AsyncApp behind Handraise's own server (HTTP) or Socket Mode.
+
+Requests are posted with buttons; taps, modal submissions and thread replies are
+answered through the lifecycle service. Every interaction is acknowledged first
+and the slow work (Web API calls) runs afterwards in a tracked task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack.blocks import (
+    ACTION_PREFIX,
+    FORM_INTENT,
+    INVALID_BUTTON,
+    LINK_ACTION,
+    MODAL_CALLBACK,
+    MODAL_INTENT,
+    NOT_AUTHORIZED,
+    USE_THE_FORM,
+    block_errors,
+    form_link_content,
+    form_only,
+    gone_text,
+    message_content,
+    modal_view,
+    notice_view,
+    outcome_content,
+    plan_buttons,
+    read_answer,
+    reminder_text,
+)
+from bots.slack.settings import SlackSettings
+from core.api import RequestView
+from core.connectors import Connector
+from core.errors import (
+    AlreadyAnsweredError,
+    ConfigError,
+    ConnectorError,
+    GoneError,
+    InvalidAnswerError,
+    NotFoundError,
+)
+from core.schema import coerce_text
+
+LEADER = "slack-socket"
+# How often a follower asks for the Socket Mode lock, and the leader checks it still holds it.
+LEADER_POLL_SECONDS = 5.0
+# Slack's interaction payloads carry the whole view; a 20-field modal can pass the server's
+# default body limit once form-encoded, so this route reads its body under its own cap.
+MAX_BODY_BYTES = 1024 * 1024
+
+# Errors no retry can fix: the delivery stops at once.
+_PERMANENT = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed", "account_inactive",
+    "token_revoked", "token_expired", "missing_scope", "not_allowed_token_type", "no_permission",
+    "restricted_action", "invalid_blocks", "invalid_arguments", "msg_too_long", "message_not_found",
+    "cant_update_message", "edit_window_closed", "team_access_not_granted",
+})
+# Slack escapes these in message text; links arrive as <target|label> or <target>.
+_SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
+
+
+class SlackConnector(Connector):
+    name = "slack"
+    settings_model = SlackSettings
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        settings: SlackSettings = self.settings
+        unknown = [t for t in settings.tenants if self.app_settings.tenant(t) is None]
+        if unknown:
+            raise ConfigError(f"slack.tenants: no such tenant: {', '.join(sorted(unknown))}")
+        # The libraries log payloads (modal values, message text) at DEBUG and bad-signature bodies at
+        # INFO; a human's answer must never reach a log, so they get a logger that stops at WARNING.
+        self._lib_log = logging.getLogger(f"{self.log.name}.lib")
+        self._lib_log.setLevel(logging.WARNING)
+        self.client = AsyncWebClient(token=settings.bot_token.get_secret_value(), base_url=settings.api_url,
+                                     session=self.http, logger=self._lib_log)
+        http_mode = settings.mode == "http"
+        signing_secret = settings.signing_secret.get_secret_value() if settings.signing_secret else ""
+        self._verifier = SignatureVerifier(signing_secret) if http_mode else None
+        self.bolt = AsyncApp(name="handraise-slack", client=self.client, logger=self._lib_log,
+                             signing_secret=signing_secret, request_verification_enabled=http_mode)
+        # Bolt re-reads the level on every construction; keep its signature logger quiet regardless.
+        logging.getLogger("slack_bolt.RequestVerification").setLevel(logging.WARNING)
+        self.bolt.action(re.compile(f"^{ACTION_PREFIX}"))(self._on_action)
+        self.bolt.view(MODAL_CALLBACK)(self._on_view_submission)
+        self.bolt.event("message")(self._on_message)
+        self.bolt.error(self._on_error)
+
+    # -- routing -----------------------------------------------------------------
+
+    def targets(self, tenant_id: str) -> list[str]:
+        tenant = self.settings.tenants.get(tenant_id)
+        return [tenant.channel] if tenant is not None else []
+
+    def may_answer(self, tenant_id: str, user_id: str) -> bool:
+        tenant = self.settings.tenants.get(tenant_id)
+        return tenant is not None and user_id in tenant.allowed_user_ids
+
+    def routes(self) -> list[web.AbstractRouteDef]:
+        if self.settings.mode != "http":
+            return []
+        return [web.post("/events", self.handle_http)]
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.settings.mode == "socket":
+            self.spawn(self.run_forever(self._socket_session, what="slack socket mode"), name="socket-mode")
+
+    async def _socket_session(self) -> None:
+        """While this instance holds the lock, keep one Socket Mode connection (the SDK reconnects it)."""
+        if not await self.service.leadership(LEADER):
+            await asyncio.sleep(LEADER_POLL_SECONDS)
+            return
+        handler = AsyncSocketModeHandler(self.bolt, app_token=self.settings.app_token.get_secret_value(),
+                                         logger=self._lib_log, web_client=self.client)
+        try:
+            await handler.connect_async()
+            self.log.info("slack socket mode connected")
+            while await self.service.leadership_alive(LEADER):
+                await asyncio.sleep(LEADER_POLL_SECONDS)
+            self.log.warning("slack socket mode: leadership lost, disconnecting")
+        finally:
+            try:
+                await handler.close_async()
+            finally:
+                await self.service.release_leadership(LEADER)
+
+    # -- delivery ----------------------------------------------------------------
+
+    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
+        plans = plan_buttons(request)
+        tokens = await self.service.create_chat_actions(tenant_id=request.tenant_id, request_id=request.id,
+                                                        channel=self.name, values=[p.intent for p in plans])
+        text, blocks = message_content(request, list(zip(plans, tokens)), now=self.service.clock())
+        posted = await self._call("chat.postMessage", self.client.chat_postMessage(
+            channel=target, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
+        channel, ts = str(posted["channel"]), str(posted["ts"])
+        await self.service.remember_message(channel=self.name, message_key=f"{channel}:{ts}",
+                                            tenant_id=request.tenant_id, request_id=request.id)
+        self.log.info("slack message posted", extra={"request_id": request.id, "slack_channel": channel})
+        return {"channel": channel, "ts": ts}
+
+    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        channel, ts = ref.get("channel"), ref.get("ts")
+        if not channel or not ts:
+            raise ConnectorError("slack withdraw: the delivery has no message reference", permanent=True)
+        text, blocks = outcome_content(request)
+        await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
+
+    async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        # A thread reply: posting the request again would leave a second set of buttons nobody withdraws.
+        channel, ts = ref.get("channel"), ref.get("ts")
+        if not channel or not ts:
+            return
+        await self._call("chat.postMessage", self.client.chat_postMessage(
+            channel=channel, thread_ts=ts, text=reminder_text(request, now=self.service.clock())))
+
+    async def _call(self, what: str, call: Awaitable[Any]) -> Any:
+        """One Web API call; the library's failure is wrapped once, with Slack's Retry-After."""
+        try:
+            return await call
+        except SlackApiError as e:
+            raise _connector_error(what, e) from e
+        except (SlackClientError, aiohttp.ClientError, TimeoutError) as e:
+            raise ConnectorError(f"slack {what}: {type(e).__name__}") from e
+
+    # -- incoming HTTP -----------------------------------------------------------
+
+    async def handle_http(self, request: web.Request) -> web.StreamResponse:
+        """Slack's POSTs (interactions, events): the signature is checked before anything is parsed."""
+        body = await _read_body(request, limit=MAX_BODY_BYTES)
+        if body is None:
+            return web.json_response({"error": "payload too large"}, status=413)
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
+        assert self._verifier is not None
+        # is_valid refuses timestamps more than five minutes away (replays).
+        if not (timestamp.isdigit() and signature and self._verifier.is_valid(body, timestamp, signature)):
+            self.log.info("slack request refused: bad or stale signature")
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return web.json_response({"error": "invalid request"}, status=400)
+        bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=request.headers)  # type: ignore[arg-type]
+        return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+
+    # -- Bolt listeners ----------------------------------------------------------
+
+    async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
+        await ack()
+        self._after_ack(self._handle_action(body), what="button")
+
+    async def _on_view_submission(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        # Validation decides the ack itself (errors go back in it), so this work happens before it.
+        try:
+            answer = await self._handle_submission(body, view)
+        except Exception as e:
+            self.log.warning("slack modal submission failed (%s)", type(e).__name__)
+            answer = {"response_action": "update", "view": notice_view("Not sent", "Something went wrong; "
+                                                                                   "your answer was not recorded.")}
+        await ack(**answer)
+
+    async def _on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        # Events are acknowledged by Bolt before this runs.
+        self._after_ack(self._handle_reply(event, body), what="thread reply")
+
+    async def _on_error(self, error: Exception) -> None:
+        # Bolt's default handler logs the request body; ours names the failure only.
+        self.log.warning("slack request handling failed (%s)", type(error).__name__)
+
+    def _after_ack(self, work: Awaitable[None], *, what: str) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as e:
+                self.log.warning("slack %s handling failed (%s)", what, type(e).__name__)
+
+        self.spawn(guarded(), name=what)
+
+    # -- interactions ------------------------------------------------------------
+
+    async def _handle_action(self, body: dict[str, Any]) -> None:
+        action = (body.get("actions") or [{}])[0]
+        if action.get("action_id") == LINK_ACTION:
+            return  # the URL button of a form link: the browser does the rest
+        user = _user_id(body)
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
+        token = action.get("value")
+        resolved = await self.service.resolve_chat_action(token=str(token or ""), channel=self.name)
+        if resolved is None or not isinstance(resolved[2], dict):
+            await self._ephemeral(channel, user, INVALID_BUTTON)
+            return
+        tenant_id, request_id, intent = resolved
+        principal = _principal(body)
+        if not self.may_answer(tenant_id, user):
+            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
+            await self._ephemeral(channel, user, NOT_AUTHORIZED)
+            return
+        try:
+            request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            await self._ephemeral(channel, user, INVALID_BUTTON)
+            return
+        if request.terminal:
+            await self._ephemeral(channel, user, gone_text(request.status))
+        elif intent == FORM_INTENT:
+            await self._send_form_link(request, channel=channel, user=user, principal=principal)
+        elif form_only(request):
+            # Never a modal or a tap for a sensitive request, whatever token reaches us.
+            await self._ephemeral(channel, user, USE_THE_FORM)
+        elif intent == MODAL_INTENT:
+            trigger_id = body.get("trigger_id")
+            await self._call("views.open", self.client.views_open(
+                trigger_id=trigger_id, view=modal_view(request, private_metadata=str(token),
+                                                       now=self.service.clock())))
+        elif "answer" in intent:
+            await self._submit_tap(request, intent["answer"], principal=principal, channel=channel, user=user)
+        else:
+            await self._ephemeral(channel, user, INVALID_BUTTON)
+
+    async def _submit_tap(self, request: RequestView, answer: Any, *, principal: str, channel: str | None,
+                          user: str) -> None:
+        try:
+            await self.service.submit(tenant_id=request.tenant_id, request_id=request.id, response=answer,
+                                      principal=principal, via=self.name)
+        except (AlreadyAnsweredError, GoneError):
+            current = await self.service.get(tenant_id=request.tenant_id, request_id=request.id,
+                                             with_deliveries=False)
+            await self._ephemeral(channel, user, gone_text(current.status))
+        except InvalidAnswerError as e:
+            await self._ephemeral(channel, user, f"That answer was not accepted: {e.message}")
+        # On success the dispatcher's withdraw edits the message to show who answered.
+
+    async def _send_form_link(self, request: RequestView, *, channel: str | None, user: str,
+                              principal: str) -> None:
+        # One link per person who asks: a link in the channel message would let any member answer.
+        try:
+            link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
+                                                principal="slack:bot", recipient=principal)
+        except (AlreadyAnsweredError, GoneError):
+            current = await self.service.get(tenant_id=request.tenant_id, request_id=request.id,
+                                             with_deliveries=False)
+            await self._ephemeral(channel, user, gone_text(current.status))
+            return
+        text, blocks = form_link_content(link.url)
+        await self._ephemeral(channel, user, text, blocks=blocks)
+
+    async def _handle_submission(self, body: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+        """The ack for a modal submission: {} closes it, "errors" keeps it open, "update" says why not."""
+        token = str(view.get("private_metadata") or "")
+        resolved = await self.service.resolve_chat_action(token=token, channel=self.name)
+        if resolved is None or resolved[2] != MODAL_INTENT:
+            return _notice("Not sent", "This form is no longer valid.")
+        tenant_id, request_id, _ = resolved
+        user = _user_id(body)
+        principal = _principal(body)
+        if not self.may_answer(tenant_id, user):
+            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
+            return _notice("Not authorized", NOT_AUTHORIZED)
+        request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if request.terminal:
+            return _notice("Closed", gone_text(request.status))
+        if form_only(request):
+            return _notice("Use the form", USE_THE_FORM)
+        answer = read_answer(request, (view.get("state") or {}).get("values") or {})
+        try:
+            await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=answer,
+                                      principal=principal, via=self.name)
+        except InvalidAnswerError as e:
+            return {"response_action": "errors", "errors": block_errors(request, e.details or [])}
+        except (AlreadyAnsweredError, GoneError):
+            current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            return _notice("Closed", gone_text(current.status))
+        return {}
+
+    async def _handle_reply(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        """A reply in the thread of a request's message answers it as typed text (never a sensitive one)."""
+        thread_ts, ts = event.get("thread_ts"), event.get("ts")
+        if event.get("subtype") or event.get("bot_id") or not thread_ts or thread_ts == ts:
+            return
+        channel, user = event.get("channel"), event.get("user")
+        if not channel or not user:
+            return
+        found = await self.service.lookup_message(channel=self.name, message_key=f"{channel}:{thread_ts}")
+        if found is None:
+            return
+        tenant_id, request_id = found
+        team = event.get("team") or body.get("team_id") or ""
+        principal = f"slack:{team}/{user}"
+        if not self.may_answer(tenant_id, user):
+            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
+            await self._ephemeral(channel, user, NOT_AUTHORIZED, thread_ts=thread_ts)
+            return
+        request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if form_only(request):
+            # The reply is not read, stored or logged. A bot token cannot delete a person's message in Slack.
+            await self._journal_refused(tenant_id, request_id, principal, "chat_reply_to_form_only_request")
+            await self._ephemeral(channel, user, "Replies are not accepted for this request and nothing was "
+                                  "recorded; please delete your reply and use “Open form” on the message.",
+                                  thread_ts=thread_ts)
+            return
+        if request.terminal:
+            await self._ephemeral(channel, user, gone_text(request.status), thread_ts=thread_ts)
+            return
+        answer = coerce_text(request.schema, _plain_text(str(event.get("text") or "")))
+        try:
+            await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=answer,
+                                      principal=principal, via=self.name)
+        except (AlreadyAnsweredError, GoneError):
+            current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            await self._ephemeral(channel, user, gone_text(current.status), thread_ts=thread_ts)
+        except InvalidAnswerError as e:
+            await self._ephemeral(channel, user, f"That answer was not accepted: {e.message}", thread_ts=thread_ts)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _ephemeral(self, channel: str | None, user: str, text: str, *,
+                         blocks: list[dict[str, Any]] | None = None, thread_ts: str | None = None) -> None:
+        if not channel or not user:
+            return
+        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+        if blocks:
+            kwargs["blocks"] = blocks
+        if thread_ts:
+            kwargs["thread_ts"] = thread_ts
+        try:
+            await self._call("chat.postEphemeral", self.client.chat_postEphemeral(**kwargs))
+        except ConnectorError as e:
+            self.log.warning("slack ephemeral message failed (%s)", e.message)
+
+    async def _journal_refused(self, tenant_id: str, request_id: str, principal: str, reason: str) -> None:
+        await self.service.journal(tenant_id=tenant_id, event="answer_refused", request_id=request_id,
+                                   principal=principal, channel=self.name, data={"reason": reason})
+
+
+def _connector_error(what: str, e: SlackApiError) -> ConnectorError:
+    response = e.response
+    status = getattr(response, "status_code", None)
+    error = response.get("error") if hasattr(response, "get") else None
+    if status == 429:
+        return ConnectorError(f"slack {what}: rate limited", retry_after=_retry_after(response))
+    return ConnectorError(f"slack {what}: {error or status}", permanent=error in _PERMANENT)
+
+
+def _retry_after(response: Any) -> float:
+    headers = getattr(response, "headers", None) or {}
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            try:
+                return max(0.0, float(value[0] if isinstance(value, list) else value))
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+async def _read_body(request: web.Request, *, limit: int) -> bytes | None:
+    """The raw body, or None past ``limit`` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _user_id(body: dict[str, Any]) -> str:
+    return str((body.get("user") or {}).get("id") or "")
+
+
+def _principal(body: dict[str, Any]) -> str:
+    team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or ""
+    return f"slack:{team}/{_user_id(body)}"
+
+
+def _notice(title: str, text: str) -> dict[str, Any]:
+    return {"response_action": "update", "view": notice_view(title, text)}
+
+
+def _plain_text(text: str) -> str:
+    """What the person typed, from Slack's message markup (auto-links and &-escapes undone)."""
+    def link(match: re.Match[str]) -> str:
+        target, label = match[1], match[2]
+        return label if label else target
+
+    text = _SLACK_LINK.sub(link, text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
