@@ -1,0 +1,1 @@
+"""Hosted forms behind one-time links: a request's schema rendered as an accessible HTML form."""

@@ -1,0 +1,419 @@
+"""Between HTML forms and typed answers: how each schema field is drawn, and posted form data → the answer.
+
+Form field names are the schema's property names; a primitive answer posts as
+``answer``. Our own hidden fields contain a ``:`` (``handraise:csrf``), which no
+property name may hold (core/schema.py refuses it), so they never collide with
+a field. Posted strings become typed values through core's coercion, the same
+code the chat channels use, so the answer equals what the API would receive.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from core.schema import FieldError, FieldSpec, coerce_field, fields
+
+__all__ = [
+    "CSRF_FIELD",
+    "OFFSET_PREFIX",
+    "RADIO_MAX",
+    "ROOT_NAME",
+    "FieldView",
+    "FormData",
+    "ParsedForm",
+    "control_of",
+    "field_views",
+    "form_name",
+    "form_specs",
+    "html_pattern",
+    "parse_form",
+    "split_errors",
+]
+
+ROOT_NAME = "answer"
+CSRF_FIELD = "handraise:csrf"
+# The browser's UTC offset (minutes east) for a date-time field, filled in by form.js.
+OFFSET_PREFIX = "handraise:offset:"
+# Up to this many choices show as radio buttons; more become a select.
+RADIO_MAX = 5
+
+_CHOICE_WIDGETS = frozenset({"enum", "boolean", "multi_enum", "date_range"})
+# Controls drawn as several inputs inside a fieldset.
+_GROUP_CONTROLS = frozenset({"radio", "yes_no", "checkboxes", "date_range"})
+_INPUT_TYPES = {"text": "text", "date": "date", "time": "time", "date-time": "datetime-local",
+                "email": "email", "uri": "url"}
+_MASKED_INPUTMODE = {"integer": "numeric", "number": "decimal", "email": "email", "uri": "url"}
+_MASKED_PLACEHOLDER = {"date": "YYYY-MM-DD", "time": "HH:MM", "date-time": "YYYY-MM-DDTHH:MM:SSZ"}
+_DATE = {"type": "string", "format": "date"}
+_HAS_ZONE = re.compile(r"(?:[zZ]|[+-]\d{2}:?\d{2})$")
+_MAX_OFFSET_MINUTES = 18 * 60
+
+
+class FormData(Protocol):
+    """What aiohttp's ``request.post()`` returns (a multidict): every value posted under a name."""
+
+    def getall(self, key: str, default: Any = ...) -> list[Any]: ...
+
+    def get(self, key: str, default: Any = ...) -> Any: ...
+
+
+def form_specs(schema: dict | None, *, sensitive: bool) -> list[FieldSpec]:
+    """The fields of a request's effective schema, as core describes them for every channel."""
+    return fields(schema, sensitive=sensitive)
+
+
+def form_name(spec: FieldSpec) -> str:
+    return spec.name or ROOT_NAME
+
+
+def control_of(spec: FieldSpec, *, approval: bool = False) -> str:
+    """Which HTML control draws a field; ``parse_form`` reads it back by the same rule."""
+    widget = spec.widget
+    if approval and spec.name == "decision":
+        return "approval"
+    if spec.masked and widget not in _CHOICE_WIDGETS:
+        return "masked"
+    if widget in ("integer", "number"):
+        return "number"
+    if widget == "boolean":
+        # A lone checkbox cannot say "not answered", so a required yes/no asks explicitly.
+        return "yes_no" if spec.required else "checkbox"
+    if widget == "enum":
+        return "radio" if len(spec.choices) <= RADIO_MAX else "select"
+    if widget == "multi_enum":
+        return "checkboxes"
+    if widget == "date_range":
+        return "date_range"
+    if widget == "textarea":
+        return "textarea"
+    return "input"
+
+
+def html_pattern(pattern: str) -> str:
+    """A JSON-schema pattern (a search anywhere) as an HTML ``pattern`` (which must match the whole value)."""
+    return f"[\\s\\S]*(?:{pattern})[\\s\\S]*"
+
+
+@dataclass(frozen=True)
+class FieldView:
+    """One field as the template draws it."""
+
+    spec: FieldSpec
+    name: str
+    # Property names may hold spaces and quotes, so HTML ids are positional: f0, f1, …
+    id: str
+    control: str
+    input_type: str
+    attrs: dict[str, str]
+    values: tuple[str, ...]
+    error: str
+    hint: str
+    autofocus: bool = False
+
+    @property
+    def value(self) -> str:
+        return self.values[0] if self.values else ""
+
+    @property
+    def label(self) -> str:
+        return self.spec.title
+
+    @property
+    def required(self) -> bool:
+        return self.spec.required
+
+    @property
+    def help(self) -> str:
+        return self.spec.description
+
+    @property
+    def described_by(self) -> str:
+        ids = []
+        if self.help:
+            ids.append(f"{self.id}-help")
+        if self.hint:
+            ids.append(f"{self.id}-hint")
+        if self.error:
+            ids.append(f"{self.id}-error")
+        return " ".join(ids)
+
+    @property
+    def is_group(self) -> bool:
+        return self.control in _GROUP_CONTROLS
+
+    @property
+    def target_id(self) -> str:
+        """The id an error summary links to: the field's (first) input."""
+        return f"{self.id}-0" if self.is_group else self.id
+
+    @property
+    def offset_name(self) -> str:
+        return OFFSET_PREFIX + self.name
+
+
+def split_errors(specs: Sequence[FieldSpec], errors: Sequence[FieldError]) -> tuple[dict[str, list[str]], list[str]]:
+    """Errors by form field name (``tags.1`` belongs to ``tags``), and those that name no field."""
+    by_field: dict[str, list[str]] = {}
+    general: list[str] = []
+    root = _is_root(specs)
+    names = {spec.name for spec in specs}
+    for error in errors:
+        head = error.field.split(".", 1)[0]
+        if root:
+            by_field.setdefault(ROOT_NAME, []).append(error.message)
+        elif head in names and head:
+            by_field.setdefault(head, []).append(error.message)
+        else:
+            general.append(f"{error.field}: {error.message}" if error.field else error.message)
+    return by_field, general
+
+
+def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str]] | None = None,
+                errors: Mapping[str, Sequence[str]] | None = None, keep_values: bool = True,
+                approval: bool = False) -> list[FieldView]:
+    """The template's view of each field.
+
+    ``posted`` holds what the human sent (re-rendering after a 422); None shows
+    the schema's defaults. A masked field never shows a value, and with
+    ``keep_values`` False (a sensitive request) no field does.
+    """
+    errors = errors or {}
+    views: list[FieldView] = []
+    focused = False
+    for index, spec in enumerate(specs):
+        name = form_name(spec)
+        control = control_of(spec, approval=approval)
+        if not keep_values or control == "masked":
+            values: tuple[str, ...] = ()
+        elif posted is not None:
+            values = tuple(posted.get(name, ()))
+        else:
+            values = _default_values(spec)
+        error = "; ".join(errors.get(name, ()))
+        # The first invalid field takes the focus, which works with JavaScript off.
+        autofocus = bool(error) and not focused
+        focused = focused or autofocus
+        views.append(FieldView(
+            spec=spec, name=name, id=f"f{index}", control=control, input_type=_input_type(spec, control),
+            attrs=_attrs(spec, control), values=values, error=error, hint=_hint(spec, control),
+            autofocus=autofocus,
+        ))
+    return views
+
+
+def _is_root(specs: Sequence[FieldSpec]) -> bool:
+    return len(specs) == 1 and specs[0].name == ""
+
+
+def _number_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _default_values(spec: FieldSpec) -> tuple[str, ...]:
+    default = spec.default
+    if default is None:
+        return ()
+    if isinstance(default, bool):
+        return ("true" if default else "false",)
+    if isinstance(default, list):
+        return tuple(str(item) for item in default)
+    if isinstance(default, (int, float)):
+        return (_number_text(default),)
+    return (str(default),)
+
+
+def _input_type(spec: FieldSpec, control: str) -> str:
+    if control == "masked":
+        return "password"
+    if control == "number":
+        return "number"
+    return _INPUT_TYPES.get(spec.widget, "text")
+
+
+def _attrs(spec: FieldSpec, control: str) -> dict[str, str]:
+    attrs: dict[str, str] = {}
+    widget = spec.widget
+    if control in ("input", "textarea", "masked") and widget in ("text", "textarea", "password"):
+        if spec.min_length is not None:
+            attrs["minlength"] = str(spec.min_length)
+        if spec.max_length is not None:
+            attrs["maxlength"] = str(spec.max_length)
+        if spec.pattern:
+            attrs["pattern"] = html_pattern(spec.pattern)
+    if control == "number":
+        attrs.update(_number_attrs(spec))
+    if control == "masked":
+        attrs["autocomplete"] = "off"
+        attrs["autocapitalize"] = "off"
+        attrs["spellcheck"] = "false"
+        if widget in _MASKED_INPUTMODE:
+            attrs["inputmode"] = _MASKED_INPUTMODE[widget]
+        if widget in _MASKED_PLACEHOLDER:
+            attrs["placeholder"] = _MASKED_PLACEHOLDER[widget]
+    if control == "textarea":
+        attrs["rows"] = "5" if (spec.max_length or 0) > 200 or spec.name in ("", "reason") else "3"
+    return attrs
+
+
+def _number_attrs(spec: FieldSpec) -> dict[str, str]:
+    integer = spec.widget == "integer"
+    low, high = spec.minimum, spec.maximum
+    # For whole numbers an exclusive bound is an inclusive one a step further in.
+    if integer and spec.exclusive_minimum is not None:
+        bound = math.floor(spec.exclusive_minimum) + 1
+        low = bound if low is None else max(low, bound)
+    if integer and spec.exclusive_maximum is not None:
+        bound = math.ceil(spec.exclusive_maximum) - 1
+        high = bound if high is None else min(high, bound)
+    attrs: dict[str, str] = {}
+    if low is not None:
+        attrs["min"] = _number_text(low)
+    if high is not None:
+        attrs["max"] = _number_text(high)
+    step = spec.multiple_of
+    # HTML counts steps from ``min``; JSON schema from 0. When they disagree the server checks alone.
+    if step is not None and (low is None or _is_multiple(low, step)) and (not integer or float(step).is_integer()):
+        attrs["step"] = _number_text(step)
+    else:
+        attrs["step"] = "1" if integer else "any"
+    return attrs
+
+
+def _is_multiple(value: float, step: float) -> bool:
+    quotient = value / step
+    return math.isclose(quotient, round(quotient), abs_tol=1e-9)
+
+
+def _length_hint(low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return f"Exactly {high} characters" if low == high else f"{low} to {high} characters"
+    if low:
+        return f"At least {low} characters"
+    if high is not None:
+        return f"At most {high} characters"
+    return ""
+
+
+def _hint(spec: FieldSpec, control: str) -> str:
+    widget = spec.widget
+    if widget in ("integer", "number"):
+        words = "A whole number" if widget == "integer" else "A number"
+        low, high = spec.minimum, spec.maximum
+        if low is not None and high is not None:
+            words += f" from {_number_text(low)} to {_number_text(high)}"
+        elif low is not None:
+            words += f", at least {_number_text(low)}"
+        elif high is not None:
+            words += f", at most {_number_text(high)}"
+        if spec.exclusive_minimum is not None:
+            words += f", more than {_number_text(spec.exclusive_minimum)}"
+        if spec.exclusive_maximum is not None:
+            words += f", less than {_number_text(spec.exclusive_maximum)}"
+        if spec.multiple_of is not None:
+            words += f", in steps of {_number_text(spec.multiple_of)}"
+        return words
+    if widget in ("text", "textarea", "password"):
+        return _length_hint(spec.min_length, spec.max_length)
+    if widget == "multi_enum":
+        low, high = spec.min_items, spec.max_items
+        if low and high:
+            return f"Choose {low}" if low == high else f"Choose {low} to {high}"
+        if low:
+            return f"Choose at least {low}"
+        if high:
+            return f"Choose up to {high}"
+        return ""
+    if widget == "date_range":
+        return "A start date and an end date"
+    if widget == "date-time":
+        # form.js replaces this with the browser's own zone; without JavaScript the time is read as UTC.
+        return "With a zone, e.g. 2026-01-02T14:30:00Z" if control == "masked" else "Time in UTC"
+    return ""
+
+
+# --------------------------------------------------------------------------- posted form → answer
+
+
+@dataclass(frozen=True)
+class ParsedForm:
+    """The typed answer read from a posted form, what was posted (to re-render), and reading errors."""
+
+    value: Any
+    posted: dict[str, list[str]]
+    errors: list[FieldError]
+
+
+def parse_form(specs: Sequence[FieldSpec], form: FormData, *, approval: bool = False) -> ParsedForm:
+    """Read the posted fields into the typed answer; names that are not fields are ignored.
+
+    A field left empty is absent from the answer, so core's validator says
+    "is required" for a required one. A primitive answer left empty has no
+    validator message of its own, so it is reported here as required.
+    """
+    posted: dict[str, list[str]] = {}
+    answer: dict[str, Any] = {}
+    for spec in specs:
+        name = form_name(spec)
+        strings = [_newlines(v) for v in form.getall(name, []) if isinstance(v, str)]
+        posted[name] = strings
+        control = control_of(spec, approval=approval)
+        offset = form.get(OFFSET_PREFIX + name) if control == "input" and spec.widget == "date-time" else None
+        found, value = _read_field(spec, control, strings, offset if isinstance(offset, str) else None)
+        if found:
+            answer[spec.name] = value
+    if _is_root(specs):
+        if "" not in answer:
+            return ParsedForm(value=None, posted=posted, errors=[FieldError("", "is required")])
+        return ParsedForm(value=answer[""], posted=posted, errors=[])
+    return ParsedForm(value=answer, posted=posted, errors=[])
+
+
+def _newlines(text: str) -> str:
+    # Browsers submit a textarea's line breaks as CRLF; an API caller would send "\n".
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_field(spec: FieldSpec, control: str, strings: list[str], offset: str | None) -> tuple[bool, Any]:
+    widget = spec.widget
+    if widget == "multi_enum":
+        chosen = [s for s in strings if s]
+        if not chosen:
+            # Nothing ticked is "none" for a required multi-select (minItems then speaks), absent otherwise.
+            return (True, []) if spec.required else (False, None)
+        return True, chosen
+    if widget == "date_range":
+        dates = [s.strip() for s in strings if s.strip()]
+        if not dates:
+            return False, None
+        return True, [coerce_field(_DATE, d) for d in dates]
+    if control == "checkbox":
+        return True, bool(strings) and coerce_field(spec, strings[0]) is True
+    first = strings[0] if strings else ""
+    if not first.strip():
+        return False, None
+    if control == "input" and widget == "date-time":
+        first = _with_zone(first.strip(), offset)
+    return True, coerce_field(spec, first)
+
+
+def _with_zone(local: str, offset: str | None) -> str:
+    """``<input type=datetime-local>`` sends a wall time; add the zone the browser reported, else UTC."""
+    if _HAS_ZONE.search(local):
+        return local
+    minutes: int | None = None
+    if offset is not None:
+        try:
+            minutes = int(offset.strip())
+        except ValueError:
+            minutes = None
+    if minutes is None or abs(minutes) > _MAX_OFFSET_MINUTES:
+        return local + "Z"
+    sign = "+" if minutes >= 0 else "-"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"{local}{sign}{hours:02d}:{rest:02d}"
