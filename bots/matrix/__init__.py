@@ -1,0 +1,11 @@
+"""The Matrix bot: a card per request in each configured room, answered by reply, thread or reaction.
+
+Import it as ``bots.matrix`` (entry point ``bots.matrix:MatrixConnector``), never as a top-level ``matrix``.
+"""
+
+from __future__ import annotations
+
+from bots.matrix.connector import MatrixConnector
+from bots.matrix.settings import MatrixSettings, MatrixTenantSettings
+
+__all__ = ["MatrixConnector", "MatrixSettings", "MatrixTenantSettings"]

@@ -1,0 +1,358 @@
+"""What the Matrix bot posts and reads: the card (HTML table and plain text), its edits, notices, answer text.
+
+Matrix has no buttons, so the card is the form: the question, a table of the
+fields, one line on how to answer, and a one-time link to the hosted form.
+Synapse passes HTML through untouched, so every piece of text that did not come
+from this module is escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from typing import Any
+
+from core.api import RequestView
+from core.schema import FieldSpec, describe_field, fields
+
+HTML_FORMAT = "org.matrix.custom.html"
+REQUIRED_MARK = "✱"
+THUMBS_UP = "👍"
+THUMBS_DOWN = "👎"
+ACCEPTED = "✅"
+
+# What a field's value is, in words, per core.schema widget; bounds and choices
+# have their own columns.
+_TYPE_WORDS = {
+    "text": "text",
+    "textarea": "text (several lines allowed)",
+    "password": "secret text",
+    "integer": "whole number",
+    "number": "number",
+    "boolean": "yes or no",
+    "enum": "one of the choices",
+    "multi_enum": "several of the choices, comma-separated",
+    "date_range": "date range (YYYY-MM-DD to YYYY-MM-DD)",
+    "date": "date (YYYY-MM-DD)",
+    "time": "time (HH:MM)",
+    "date-time": "date and time with a zone (e.g. 2026-01-02T14:30:00Z)",
+    "email": "email address",
+    "uri": "URL (e.g. https://example.com/page)",
+}
+_CHANNEL_WORDS = {"matrix": "Matrix", "telegram": "Telegram", "slack": "Slack", "web": "the web form",
+                  "api": "the API"}
+# Skin tones and the emoji variation selector ride along with 👍/👎 reactions.
+_EMOJI_NOISE = re.compile("[\U0001F3FB-\U0001F3FF\ufe0f]")
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _html_lines(text: str) -> str:
+    return "<br>".join(html.escape(line) for line in text.splitlines())
+
+
+# -- the field table --------------------------------------------------------------
+
+
+def type_words(spec: FieldSpec) -> str:
+    return _TYPE_WORDS.get(spec.widget, spec.widget)
+
+
+def bounds_words(spec: FieldSpec) -> str:
+    """Limits on a value in words ("1 to 65535", "at most 20 characters"), or ""."""
+    parts: list[str] = []
+    if spec.widget in ("integer", "number"):
+        if spec.minimum is not None and spec.maximum is not None:
+            parts.append(f"{_number(spec.minimum)} to {_number(spec.maximum)}")
+        elif spec.minimum is not None:
+            parts.append(f"at least {_number(spec.minimum)}")
+        elif spec.maximum is not None:
+            parts.append(f"at most {_number(spec.maximum)}")
+        if spec.exclusive_minimum is not None:
+            parts.append(f"greater than {_number(spec.exclusive_minimum)}")
+        if spec.exclusive_maximum is not None:
+            parts.append(f"less than {_number(spec.exclusive_maximum)}")
+        if spec.multiple_of is not None:
+            parts.append(f"a multiple of {_number(spec.multiple_of)}")
+    elif spec.widget in ("text", "textarea", "password"):
+        low, high = spec.min_length, spec.max_length
+        if low is not None and high is not None:
+            parts.append(f"exactly {low} characters" if low == high else f"{low} to {high} characters")
+        elif low is not None:
+            parts.append(f"at least {low} characters")
+        elif high is not None:
+            parts.append(f"at most {high} characters")
+        if spec.pattern:
+            parts.append(f"matching {spec.pattern}")
+    elif spec.widget == "multi_enum":
+        low, high = spec.min_items, spec.max_items
+        if low and high:
+            parts.append(f"choose {low}" if low == high else f"choose {low} to {high}")
+        elif low:
+            parts.append(f"choose at least {low}")
+        elif high:
+            parts.append(f"choose at most {high}")
+    return "; ".join(parts)
+
+
+def field_rows(schema: dict[str, Any] | None) -> list[dict[str, str]]:
+    """One row per field of an object form: what the card's table (and its plain twin) shows."""
+    return [{
+        "name": spec.name,
+        "title": spec.title,
+        "description": spec.description,
+        "type": type_words(spec),
+        "choices": ", ".join(spec.choices),
+        "bounds": bounds_words(spec),
+        "required": "required" if spec.required else "optional",
+    } for spec in fields(schema)]
+
+
+def is_form(request: RequestView) -> bool:
+    """An object form answered with ``field: value`` lines (an approval is answered in one line)."""
+    return isinstance(request.schema, dict) and request.schema.get("type") == "object" and request.kind != "approval"
+
+
+def takes_reactions(request: RequestView) -> bool:
+    """Boolean and approval requests can be answered with 👍 / 👎 on the card."""
+    schema = request.schema
+    return request.kind == "approval" or (isinstance(schema, dict) and schema.get("type") == "boolean")
+
+
+def how_to_answer(request: RequestView) -> str:
+    """The one line that says how to answer in the room."""
+    if request.kind == "approval":
+        return ('To answer, reply approve or reject (a reason may follow, e.g. "reject: too risky"), '
+                f"or react {THUMBS_UP} to approve or {THUMBS_DOWN} to reject.")
+    if request.schema is None:
+        return "To answer, reply to this message with your answer."
+    if is_form(request):
+        return 'To answer, reply to this message with one "field: value" line per field.'
+    spec = fields(request.schema)[0]
+    if spec.widget == "boolean":
+        return f"To answer, reply yes or no, or react {THUMBS_UP} / {THUMBS_DOWN}."
+    if spec.widget == "enum":
+        return "To answer, reply with one of: " + ", ".join(spec.choices) + "."
+    return f"To answer, reply with {describe_field(spec)}."
+
+
+# -- the card -----------------------------------------------------------------------
+
+
+def _message(body: str, formatted: str, **extra: Any) -> dict[str, Any]:
+    # m.notice: other bots do not answer notices. Empty m.mentions: text that an
+    # agent wrote (an "@room" in a question) must not ping anyone.
+    return {"msgtype": "m.notice", "body": body, "format": HTML_FORMAT, "formatted_body": formatted,
+            "m.mentions": {}, **extra}
+
+
+def card_content(request: RequestView, *, link_url: str) -> dict[str, Any]:
+    """The ``m.room.message`` content that asks the question."""
+    body, formatted = _card_parts(request, link_url=link_url)
+    return _message(body, formatted)
+
+
+def _card_parts(request: RequestView, *, link_url: str) -> tuple[str, str]:
+    link_html = f'<a href="{html.escape(link_url, quote=True)}">fill the form</a>'
+    deadline = f"Answer by {_when(request.expires_at)}."
+    if request.sensitive:
+        # The question may itself reveal what is asked: only the form shows it.
+        text = ("🔒 A sensitive request is waiting for an answer.\n"
+                "Its question is shown only in the form, and answers are not taken in this chat.\n"
+                f"To answer, fill the form (one-time link): {link_url}\n{deadline}")
+        formatted = ("<p>🔒 <b>A sensitive request is waiting for an answer.</b></p>"
+                     "<p>Its question is shown only in the form, and answers are not taken in this chat.</p>"
+                     f"<p>To answer, {link_html} (one-time link).</p><p><i>{html.escape(deadline)}</i></p>")
+        return text, formatted
+    lines = ["❓ Question", request.message_for_user, ""]
+    parts = ["<p><b>❓ Question</b></p>", f"<p>{_html_lines(request.message_for_user)}</p>"]
+    if is_form(request):
+        rows = field_rows(request.schema)
+        lines.append(f"Fields ({REQUIRED_MARK} = required):")
+        for row in rows:
+            mark = REQUIRED_MARK if row["required"] == "required" else " "
+            line = f"{mark} {row['title']} ({row['name']}): {row['type']}"
+            if row["choices"]:
+                line += f"; choices: {row['choices']}"
+            if row["bounds"]:
+                line += f"; {row['bounds']}"
+            if row["description"]:
+                line += f" — {row['description']}"
+            lines.append(line)
+        lines.append("")
+        parts.append(_table_html(rows))
+    answer = how_to_answer(request)
+    lines.append(answer)
+    parts.append(f"<p>{html.escape(answer)}</p>")
+    if is_form(request):
+        lines.extend(f"{row['name']}: …" for row in field_rows(request.schema))
+    lines.append(f"Or fill the form (one-time link): {link_url}")
+    lines.append(deadline)
+    parts.append(f"<p>Or {link_html} (one-time link).</p><p><i>{html.escape(deadline)}</i></p>")
+    return "\n".join(lines), "".join(parts)
+
+
+def _table_html(rows: Iterable[dict[str, str]]) -> str:
+    out = ["<table><thead><tr><th>Field</th><th>Type</th><th>Choices</th><th>Bounds</th><th>Required</th>"
+           "</tr></thead><tbody>"]
+    for row in rows:
+        name = f"<b>{html.escape(row['title'])}</b> (<code>{html.escape(row['name'])}</code>)"
+        if row["description"]:
+            name += f"<br><i>{html.escape(row['description'])}</i>"
+        required = f"{REQUIRED_MARK} required" if row["required"] == "required" else "optional"
+        out.append(f"<tr><td>{name}</td><td>{html.escape(row['type'])}</td><td>{html.escape(row['choices'])}</td>"
+                   f"<td>{html.escape(row['bounds'])}</td><td>{required}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+# -- outcomes, notices, reactions ---------------------------------------------------
+
+
+def describe_principal(principal: str | None) -> str:
+    kind, _, rest = (principal or "").partition(":")
+    if kind == "matrix":
+        return rest
+    if kind == "telegram":
+        return f"Telegram user {rest}"
+    if kind == "slack":
+        return f"Slack user {rest}"
+    if kind == "operator":
+        return f"operator {rest}"
+    return principal or "someone"
+
+
+def outcome_text(request: RequestView) -> str:
+    when = _when(request.resolved_at)
+    if request.status == "answered":
+        if (request.resolved_by or "").startswith("link:"):
+            return f"✅ Answered through the web form, {when}."
+        via = _CHANNEL_WORDS.get(request.resolved_via or "", request.resolved_via or "")
+        return f"✅ Answered by {describe_principal(request.resolved_by)} via {via}, {when}."
+    if request.status == "expired":
+        return f"⌛ Expired: no answer came in time ({when})."
+    if request.status == "cancelled":
+        return f"✖️ Cancelled ({when})."
+    return "Still waiting for an answer."
+
+
+def outcome_content(request: RequestView, *, card_event_id: str) -> dict[str, Any]:
+    """An ``m.replace`` edit of the card: the question stays, the table and link go, the outcome shows."""
+    outcome = outcome_text(request)
+    if request.sensitive:
+        body = f"🔒 A sensitive request.\n{outcome}"
+        formatted = f"<p>🔒 <b>A sensitive request.</b></p><p>{html.escape(outcome)}</p>"
+    else:
+        body = f"❓ Question\n{request.message_for_user}\n\n{outcome}"
+        formatted = (f"<p><b>❓ Question</b></p><p>{_html_lines(request.message_for_user)}</p>"
+                     f"<p><b>{html.escape(outcome)}</b></p>")
+    new = _message(body, formatted)
+    edit = _message(f"* {body}", formatted)
+    edit["m.new_content"] = new
+    edit["m.relates_to"] = {"rel_type": "m.replace", "event_id": card_event_id}
+    return edit
+
+
+def thread_notice(lines: list[str], *, card_event_id: str, reply_to: str, mention: str | None) -> dict[str, Any]:
+    """A notice in the card's thread, replying to ``reply_to``; the first line is the lead, the rest a list."""
+    lead, items = lines[0], lines[1:]
+    body = "\n".join([lead, *(f"- {item}" for item in items)])
+    formatted = f"<p>{html.escape(lead)}</p>"
+    if items:
+        formatted += "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in items) + "</ul>"
+    content = _message(body, formatted)
+    content["m.relates_to"] = {"rel_type": "m.thread", "event_id": card_event_id, "is_falling_back": False,
+                               "m.in_reply_to": {"event_id": reply_to}}
+    if mention:
+        content["m.mentions"] = {"user_ids": [mention]}
+    return content
+
+
+def reaction_content(event_id: str, key: str) -> dict[str, Any]:
+    return {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
+
+
+def reaction_vote(key: Any) -> str | None:
+    """The reaction key as "👍" or "👎" (skin tones and variation selectors dropped), else None."""
+    if not isinstance(key, str):
+        return None
+    bare = _EMOJI_NOISE.sub("", key).strip()
+    return bare if bare in (THUMBS_UP, THUMBS_DOWN) else None
+
+
+# -- reading answers ----------------------------------------------------------------
+
+
+class _HtmlText(HTMLParser):
+    """Plain text of a formatted body, without the ``<mx-reply>`` quote of the replied-to event."""
+
+    _BREAKS = frozenset({"br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._in_reply = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "mx-reply":
+            self._in_reply += 1
+        elif tag == "br" and not self._in_reply:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "mx-reply":
+            self._in_reply = max(0, self._in_reply - 1)
+        elif tag in self._BREAKS and tag != "br" and not self._in_reply:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._in_reply:
+            self.parts.append(data)
+
+
+def strip_reply_fallback(body: str) -> str:
+    """Drop the ``> <@user> …`` quote a replying client puts before the answer."""
+    lines = body.split("\n")
+    if not lines or not lines[0].startswith(">"):
+        return body
+    while lines and lines[0].startswith(">"):
+        lines.pop(0)
+    if lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def html_text(formatted: str) -> str:
+    parser = _HtmlText()
+    parser.feed(formatted)
+    parser.close()
+    return "".join(parser.parts)
+
+
+def answer_text(content: dict[str, Any]) -> str:
+    """What the human typed: the plain body without its reply fallback, else the HTML body's text."""
+    relates = content.get("m.relates_to")
+    is_reply = isinstance(relates, dict) and isinstance(relates.get("m.in_reply_to"), dict)
+    body = content.get("body")
+    text = body if isinstance(body, str) else ""
+    if is_reply:
+        text = strip_reply_fallback(text)
+    if text.strip():
+        return text
+    formatted = content.get("formatted_body")
+    if content.get("format") == HTML_FORMAT and isinstance(formatted, str):
+        return html_text(formatted)
+    return text

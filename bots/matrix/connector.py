@@ -1,0 +1,641 @@
+"""The Matrix connector: posts cards to rooms, reads answers from /sync, edits cards when requests end.
+
+Answers come as replies (or thread messages) on the card, or as 👍/👎
+reactions. One instance runs the sync loop (``leadership("matrix-sync")``); its
+position (``next_batch``) is kept in Handraise's store, so a restart or a new
+leader neither replays old answers nor misses new ones. End-to-end encrypted
+rooms are not supported: matrix-nio runs without encryption here, and an
+encrypted configured room is reported at start and refused for delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    JoinResponse,
+    LoginResponse,
+    RoomGetEventResponse,
+    RoomGetStateResponse,
+    RoomMessagesResponse,
+    RoomRedactResponse,
+    RoomSendResponse,
+    SyncResponse,
+    WhoamiResponse,
+)
+from nio.api import MessageDirection
+from nio.exceptions import LocalProtocolError
+
+from bots.matrix.cards import (
+    ACCEPTED,
+    answer_text,
+    card_content,
+    field_rows,
+    is_form,
+    outcome_content,
+    outcome_text,
+    reaction_content,
+    reaction_vote,
+    takes_reactions,
+    thread_notice,
+)
+from bots.matrix.settings import MatrixSettings
+from core.api import RequestView
+from core.connectors import Connector
+from core.errors import (
+    AlreadyAnsweredError,
+    ConfigError,
+    ConnectorError,
+    ExpiredError,
+    InvalidAnswerError,
+    NotFoundError,
+    RequestCancelledError,
+)
+from core.schema import coerce_text, parse_field_lines, validate_answer
+
+log = logging.getLogger(__name__)
+
+LEADER = "matrix-sync"
+STATE_NAMESPACE = "matrix"
+# Errors that retrying cannot fix: a bad token, a room the bot may not post in.
+_PERMANENT = frozenset({"M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_NOT_FOUND", "M_BAD_JSON",
+                        "M_NOT_JSON", "M_TOO_LARGE", "M_UNRECOGNIZED", "M_INVALID_PARAM", "M_USER_DEACTIVATED"})
+_AUTH_ERRORS = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN", "M_USER_DEACTIVATED"})
+_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def message_key(room_id: str, event_id: str) -> str:
+    """The correlation key of a card: its event id, bound to its room.
+
+    ``m.in_reply_to`` is plain content any sender can fill in, so a reply in
+    another room naming a card's event id must not find that card.
+    """
+    room = hashlib.sha256(room_id.encode()).hexdigest()[:16]
+    return f"{event_id}@{room}"
+
+
+def creators_have_infinite_power(room_version: str) -> bool:
+    """Room version 12 (and its hydra predecessor) gives creators power above any level."""
+    if room_version == "org.matrix.hydra.11":
+        return True
+    return room_version.isdigit() and int(room_version) >= 12
+
+
+def power_of(user_id: str, state: list[dict[str, Any]]) -> float:
+    """A user's power level from a room's state events (``math.inf`` for a v12+ creator)."""
+    create = next((e for e in state if e.get("type") == "m.room.create" and e.get("state_key") == ""), None)
+    levels = next((e for e in state if e.get("type") == "m.room.power_levels" and e.get("state_key") == ""), None)
+    create_content = (create or {}).get("content") or {}
+    creators = {(create or {}).get("sender")} | set(create_content.get("additional_creators") or [])
+    if creators_have_infinite_power(str(create_content.get("room_version", "1"))) and user_id in creators:
+        return math.inf
+    if levels is None:
+        return 100 if user_id == (create or {}).get("sender") else 0
+    content = levels.get("content") or {}
+    return float((content.get("users") or {}).get(user_id, content.get("users_default", 0)))
+
+
+def level_needed(state: list[dict[str, Any]], *, event_type: str, redact: bool = False) -> float:
+    """The power needed to send ``event_type`` (and, with ``redact``, to redact others' events)."""
+    levels = next((e for e in state if e.get("type") == "m.room.power_levels" and e.get("state_key") == ""), None)
+    content = (levels or {}).get("content") or {}
+    events = content.get("events") or {}
+    needed = float(events.get(event_type, content.get("events_default", 0)))
+    if redact:
+        needed = max(needed, float(content.get("redact", 50)))
+    return needed
+
+
+class MatrixConnector(Connector):
+    """Cards in Matrix rooms; answers by reply, thread or reaction; one sync loop per deployment."""
+
+    name = "matrix"
+    settings_model = MatrixSettings
+    # How many events one sync returns per room; a longer gap is paged in from /messages.
+    timeline_limit: ClassVar[int] = 50
+    # At most this many missed events are paged in per room after a long gap.
+    backfill_limit: ClassVar[int] = 1000
+    # How often an instance that does not lead the sync loop asks again.
+    follower_poll_seconds: ClassVar[float] = 5.0
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        settings: MatrixSettings = self.settings
+        for tenant_id in settings.tenants:
+            if self.app_settings.tenant(tenant_id) is None:
+                raise ConfigError(f"matrix.tenants.{tenant_id}: no tenant with this id in [[tenants]]")
+        self._room_tenant = settings.room_tenants()
+        self._encrypted: set[str] = set()
+        self._unreadable_reported: set[str] = set()
+        self._client: AsyncClient | None = None
+        self._connected = False
+        self._connect_lock = asyncio.Lock()
+        self._started_ms = 0
+        # Set once this instance has synced (tests and health checks wait on it).
+        self.synced = asyncio.Event()
+        key = f"next_batch:{settings.user_id}"
+        self._state_key = key if len(key) <= 200 else "next_batch:" + hashlib.sha256(key.encode()).hexdigest()
+
+    # -- routing ------------------------------------------------------------------
+
+    def targets(self, tenant_id: str) -> list[str]:
+        tenant = self.settings.tenants.get(tenant_id)
+        return list(tenant.room_ids) if tenant else []
+
+    def may_answer(self, tenant_id: str, user_id: str) -> bool:
+        tenant = self.settings.tenants.get(tenant_id)
+        return tenant is not None and user_id in tenant.allowed_users
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            raise ConnectorError("matrix connector is not started")
+        return self._client
+
+    async def start(self) -> None:
+        settings: MatrixSettings = self.settings
+        self._started_ms = int(time.time() * 1000)
+        # Bounded retries inside nio: our own loops (delivery, sync backoff) do the rest.
+        config = AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False, max_limit_exceeded=1,
+                                   max_timeouts=1, request_timeout=30)
+        self._client = AsyncClient(settings.homeserver, settings.user_id, device_id=settings.device_id or "",
+                                   config=config)
+        self.log.info("matrix: end-to-end encrypted rooms are not supported; an encrypted room is reported "
+                      "and gets no cards", extra={"homeserver": settings.homeserver})
+        try:
+            await self._ensure_connected()
+        except ConnectorError as e:
+            # A homeserver that is down now may be up in a minute: the sync loop retries.
+            self.log.warning("matrix: cannot connect yet (%s); retrying in the background", e.message)
+        self.spawn(self.run_forever(self._sync_step, what="matrix sync"), name="sync")
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.service.release_leadership(LEADER)
+        if self._client is not None:
+            await self._client.close()
+
+    async def _ensure_connected(self) -> None:
+        """Log in (or check the token), then join and inspect every configured room; once."""
+        async with self._connect_lock:
+            if self._connected:
+                return
+            await self._log_in()
+            for room_id in self._room_tenant:
+                await self._join_and_inspect(room_id)
+            self._connected = True
+
+    async def _log_in(self) -> None:
+        settings: MatrixSettings = self.settings
+        client = self.client
+        if settings.access_token is not None:
+            client.access_token = settings.access_token.get_secret_value()
+            client.user_id = settings.user_id
+            await self._check_identity()
+            return
+        saved = self._load_session()
+        if saved is not None:
+            client.access_token, client.device_id = saved["access_token"], saved["device_id"]
+            client.user_id = settings.user_id
+            try:
+                await self._check_identity()
+                return
+            except ConfigError:
+                self.log.info("matrix: the saved session is no longer valid; logging in again")
+                client.access_token = ""
+        assert settings.password is not None
+        response = await self._call(
+            client.login(password=settings.password.get_secret_value(), device_name="Handraise"),
+            LoginResponse, "log in", auth=True)
+        self._save_session(response)
+        await self._check_identity()
+
+    async def _check_identity(self) -> None:
+        response = await self._call(self.client.whoami(), WhoamiResponse, "check the access token", auth=True)
+        if response.user_id != self.settings.user_id:
+            raise ConfigError(f"matrix.user_id is {self.settings.user_id} but the access token belongs to "
+                              f"{response.user_id}")
+        if response.device_id:
+            self.client.device_id = response.device_id
+
+    # A password login mints a new access token; keeping it lets a restart reuse the session.
+
+    def _session_file(self) -> Path | None:
+        settings: MatrixSettings = self.settings
+        if settings.store_path is None:
+            return None
+        name = hashlib.sha256(f"{settings.homeserver} {settings.user_id}".encode()).hexdigest()[:16]
+        return Path(settings.store_path) / f"session-{name}.json"
+
+    def _load_session(self) -> dict[str, str] | None:
+        path = self._session_file()
+        if path is None or not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            log.warning("matrix: ignoring an unreadable session file in store_path")
+            return None
+        if (data.get("user_id") != self.settings.user_id or data.get("homeserver") != self.settings.homeserver
+                or not data.get("access_token") or not data.get("device_id")):
+            return None
+        return data
+
+    def _save_session(self, response: LoginResponse) -> None:
+        path = self._session_file()
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = {"homeserver": self.settings.homeserver, "user_id": response.user_id,
+                "device_id": response.device_id, "access_token": response.access_token}
+        partial = path.with_suffix(".tmp")
+        # The file holds an access token: readable by this user only, from its first byte.
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(partial, path)
+
+    async def _join_and_inspect(self, room_id: str) -> None:
+        """Join a configured room (accepting an invite), then report what would stop the bot there."""
+        try:
+            await self._call(self.client.join(room_id), JoinResponse, f"join room {room_id}")
+            response = await self._call(self.client.room_get_state(room_id), RoomGetStateResponse,
+                                        f"read the state of room {room_id}")
+        except ConnectorError as e:
+            if not e.permanent:
+                raise
+            self.log.error("matrix: cannot use room %s (%s); invite the bot there", room_id, e.message)
+            return
+        state = [e for e in response.events if isinstance(e, dict)]
+        if any(e.get("type") == "m.room.encryption" for e in state):
+            self._report_encrypted(room_id)
+        user_id = self.settings.user_id
+        power = power_of(user_id, state)
+        for event_type, what in (("m.room.message", "post cards"), ("m.reaction", "react")):
+            needed = level_needed(state, event_type=event_type)
+            if power < needed:
+                self.log.error("matrix: the bot cannot %s in room %s: it has power level %s, needs %s",
+                               what, room_id, _level(power), _level(needed))
+        needed = level_needed(state, event_type="m.room.redaction", redact=True)
+        if power < needed:
+            self.log.warning(
+                "matrix: the bot lacks the power to redact in room %s (it has %s, needs %s): chat replies to "
+                "sensitive requests there cannot be removed; raise its power level", room_id, _level(power),
+                _level(needed))
+        self.log.info("matrix: room ready", extra={"room_id": room_id, "tenant_id": self._room_tenant[room_id]})
+
+    def _report_encrypted(self, room_id: str) -> None:
+        if room_id in self._encrypted:
+            return
+        self._encrypted.add(room_id)
+        self.log.error("matrix: room %s is end-to-end encrypted; Handraise cannot read answers there (E2EE is "
+                       "not supported), so no cards are posted to it; use an unencrypted room", room_id)
+
+    # -- calling the homeserver -----------------------------------------------------
+
+    async def _call(self, awaitable: Any, ok: type, what: str, *, auth: bool = False) -> Any:
+        """Await a nio call; its error response (nio does not raise) becomes one ConnectorError."""
+        try:
+            response = await awaitable
+        except _NETWORK_ERRORS as e:
+            raise ConnectorError(f"matrix: could not {what}: {type(e).__name__}") from e
+        except LocalProtocolError as e:
+            raise ConnectorError(f"matrix: could not {what}: {e}", permanent=True) from e
+        if isinstance(response, ok):
+            return response
+        code = getattr(response, "status_code", None)
+        message = str(getattr(response, "message", "") or "")[:200]
+        if auth and code in _AUTH_ERRORS:
+            raise ConfigError(f"matrix: the homeserver refused the bot's credentials ({code}: {message})")
+        retry_ms = getattr(response, "retry_after_ms", None)
+        raise ConnectorError(f"matrix: could not {what}: {code or 'error'} {message}".strip(),
+                             retry_after=retry_ms / 1000 if retry_ms else None, permanent=code in _PERMANENT)
+
+    async def _send(self, room_id: str, event_type: str, content: dict[str, Any], *, what: str,
+                    txn_id: str | None = None) -> str:
+        response = await self._call(self.client.room_send(room_id, event_type, content, tx_id=txn_id),
+                                    RoomSendResponse, what)
+        return response.event_id
+
+    # -- delivery -------------------------------------------------------------------
+
+    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
+        if target in self._encrypted:
+            raise ConnectorError(f"matrix: room {target} is end-to-end encrypted, which is not supported",
+                                 permanent=True)
+        await self._ensure_connected()
+        link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
+                                            principal="matrix:bot", recipient=f"matrix:{target}")
+        # A fixed transaction id per (request, room): a retry after a lost
+        # response gets the same event back instead of a second card.
+        txn = f"handraise.card.{request.id}.{hashlib.sha256(target.encode()).hexdigest()[:12]}"
+        event_id = await self._send(target, "m.room.message", card_content(request, link_url=link.url),
+                                    what=f"post a card to {target}", txn_id=txn)
+        await self.service.remember_message(channel=self.name, message_key=message_key(target, event_id),
+                                            tenant_id=request.tenant_id, request_id=request.id)
+        self.log.info("matrix: card posted", extra={"request_id": request.id, "room_id": target})
+        return {"room_id": target, "event_id": event_id}
+
+    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
+        if not card_id:
+            return
+        await self._ensure_connected()
+        txn = f"handraise.outcome.{request.id}.{hashlib.sha256(card_id.encode()).hexdigest()[:12]}"
+        await self._send(room_id, "m.room.message", outcome_content(request, card_event_id=card_id),
+                         what=f"edit the card in {room_id}", txn_id=txn)
+
+    async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
+        if not card_id:
+            await self.deliver(request, target=target)
+            return
+        await self._ensure_connected()
+        content = thread_notice([f"⏰ Still waiting for an answer to this request ({outcome_text(request)})"],
+                                card_event_id=card_id, reply_to=card_id, mention=None)
+        await self._send(room_id, "m.room.message", content, what=f"remind in {room_id}")
+
+    # -- the sync loop --------------------------------------------------------------
+
+    def _sync_filter(self) -> dict[str, Any]:
+        return {
+            "presence": {"types": []},
+            "account_data": {"types": []},
+            "room": {"timeline": {"limit": self.timeline_limit}, "state": {"lazy_load_members": True},
+                     "ephemeral": {"types": []}, "account_data": {"types": []}},
+        }
+
+    async def _sync_step(self) -> None:
+        """Lead the sync loop while this instance holds the lock; return when it is lost."""
+        await self._ensure_connected()
+        if not await self.service.leadership(LEADER):
+            await asyncio.sleep(self.follower_poll_seconds)
+            return
+        since = await self.service.get_state(STATE_NAMESPACE, self._state_key)
+        if since is None:
+            since = await self._first_sync()
+        self.log.info("matrix: leading the sync loop")
+        self.synced.set()
+        while True:
+            if not await self.service.leadership_alive(LEADER):
+                self.log.warning("matrix: lost the sync leadership; another instance may take over")
+                return
+            response = await self._call(
+                self.client.sync(timeout=self.settings.sync_timeout_ms, since=since, sync_filter=self._sync_filter(),
+                                 full_state=False),
+                SyncResponse, "sync")
+            await self._handle_sync(response, since=since)
+            since = response.next_batch
+            await self.service.set_state(STATE_NAMESPACE, self._state_key, since)
+
+    async def _first_sync(self) -> str:
+        """No position kept yet: take the current one without replaying the rooms' history."""
+        response = await self._call(self.client.sync(timeout=1, sync_filter=self._sync_filter(), full_state=False),
+                                    SyncResponse, "sync")
+        # Only what arrived since this start counts (an answer typed while we were starting).
+        await self._handle_sync(response, since=None, newer_than_ms=self._started_ms)
+        await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
+        return response.next_batch
+
+    async def _handle_sync(self, response: SyncResponse, *, since: str | None, newer_than_ms: int | None = None) -> None:
+        for room_id in response.rooms.invite:
+            if room_id in self._room_tenant:
+                self.log.info("matrix: invited to a configured room; joining", extra={"room_id": room_id})
+                await self._join_and_inspect(room_id)
+            else:
+                self.log.info("matrix: ignoring an invite to a room that is not configured",
+                              extra={"room_id": room_id})
+        for room_id, info in response.rooms.join.items():
+            if room_id not in self._room_tenant:
+                continue
+            if any(getattr(e, "source", {}).get("type") == "m.room.encryption" for e in info.state):
+                self._report_encrypted(room_id)
+            events = [e.source for e in info.timeline.events if isinstance(getattr(e, "source", None), dict)]
+            if info.timeline.limited and since is not None and info.timeline.prev_batch:
+                events = await self._backfill(room_id, start=info.timeline.prev_batch, until=since) + events
+            for source in events:
+                if newer_than_ms is not None and int(source.get("origin_server_ts") or 0) < newer_than_ms:
+                    continue
+                try:
+                    await self._handle_event(room_id, source)
+                except ConnectorError as e:
+                    # The answer itself is stored; only a reply to the human failed.
+                    self.log.warning("matrix: could not respond to an event (%s)", e.message,
+                                     extra={"room_id": room_id})
+
+    async def _backfill(self, room_id: str, *, start: str, until: str) -> list[dict[str, Any]]:
+        """Events between our last position and a limited timeline, oldest first."""
+        collected: list[dict[str, Any]] = []
+        token = start
+        while len(collected) < self.backfill_limit:
+            page = await self._call(
+                self.client.room_messages(room_id, start=token, end=until, direction=MessageDirection.back,
+                                          limit=min(100, self.backfill_limit - len(collected))),
+                RoomMessagesResponse, f"read missed events of {room_id}")
+            collected.extend(e.source for e in page.chunk if isinstance(getattr(e, "source", None), dict))
+            if not page.chunk or not page.end or page.end == token:
+                break
+            token = page.end
+        else:
+            self.log.warning("matrix: more than %d events were missed in room %s; older ones are skipped",
+                             self.backfill_limit, room_id)
+        collected.reverse()
+        self.log.info("matrix: paged in missed events", extra={"room_id": room_id, "count": len(collected)})
+        return collected
+
+    # -- answers --------------------------------------------------------------------
+
+    async def _handle_event(self, room_id: str, source: dict[str, Any]) -> None:
+        if source.get("sender") == self.settings.user_id:
+            return
+        event_type = source.get("type")
+        if event_type == "m.room.encryption":
+            self._report_encrypted(room_id)
+            return
+        if event_type == "m.room.encrypted":
+            if room_id not in self._unreadable_reported:
+                self._unreadable_reported.add(room_id)
+                self.log.error("matrix: received an encrypted message in room %s that the bot cannot read "
+                               "(E2EE is not supported)", room_id)
+            return
+        if "redacted_because" in (source.get("unsigned") or {}):
+            return
+        content = source.get("content")
+        if not isinstance(content, dict) or not isinstance(source.get("event_id"), str):
+            return
+        if event_type == "m.room.message":
+            await self._on_message(room_id, source, content)
+        elif event_type == "m.reaction":
+            await self._on_reaction(room_id, source, content)
+
+    async def _on_message(self, room_id: str, source: dict[str, Any], content: dict[str, Any]) -> None:
+        if content.get("msgtype") != "m.text":
+            return
+        relates = content.get("m.relates_to")
+        if not isinstance(relates, dict):
+            return
+        text_content = content
+        if relates.get("rel_type") == "m.replace":
+            # An edited answer is a new attempt; the card it answers is the original's.
+            new_content = content.get("m.new_content")
+            original = relates.get("event_id")
+            if not isinstance(new_content, dict) or not isinstance(original, str):
+                return
+            fetched = await self._call(self.client.room_get_event(room_id, original), RoomGetEventResponse,
+                                       "read an edited message")
+            if fetched.event.source.get("sender") != source.get("sender"):
+                return
+            relates = (fetched.event.source.get("content") or {}).get("m.relates_to")
+            if not isinstance(relates, dict):
+                return
+            text_content = new_content
+        found = await self._card_for(room_id, relates)
+        if found is None:
+            return
+        tenant_id, request_id, card_id = found
+        await self._answer(room_id, source, tenant_id=tenant_id, request_id=request_id, card_id=card_id,
+                           text=answer_text(text_content), reaction=False)
+
+    async def _on_reaction(self, room_id: str, source: dict[str, Any], content: dict[str, Any]) -> None:
+        relates = content.get("m.relates_to")
+        if not isinstance(relates, dict) or relates.get("rel_type") != "m.annotation":
+            return
+        vote = reaction_vote(relates.get("key"))
+        card_id = relates.get("event_id")
+        if vote is None or not isinstance(card_id, str):
+            return
+        found = await self._lookup(room_id, card_id)
+        if found is None:
+            return
+        await self._answer(room_id, source, tenant_id=found[0], request_id=found[1], card_id=card_id, text=vote,
+                           reaction=True)
+
+    async def _lookup(self, room_id: str, event_id: str) -> tuple[str, str] | None:
+        found = await self.service.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
+        if found is None or found[0] != self._room_tenant.get(room_id):
+            return None
+        return found
+
+    async def _card_for(self, room_id: str, relates: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(tenant, request, card event) for a reply or thread message on a card."""
+        candidates: list[str] = []
+        if relates.get("rel_type") == "m.thread" and isinstance(relates.get("event_id"), str):
+            candidates.append(relates["event_id"])
+        reply = relates.get("m.in_reply_to")
+        if isinstance(reply, dict) and isinstance(reply.get("event_id"), str):
+            candidates.append(reply["event_id"])
+        for event_id in candidates:
+            found = await self._lookup(room_id, event_id)
+            if found is not None:
+                return found[0], found[1], event_id
+        return None
+
+    async def _answer(self, room_id: str, source: dict[str, Any], *, tenant_id: str, request_id: str, card_id: str,
+                      text: str, reaction: bool) -> None:
+        sender, event_id = str(source.get("sender")), str(source["event_id"])
+        try:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return
+        if reaction and not takes_reactions(view):
+            return  # a 👍 on a form is applause, not an answer
+
+        async def notice(*lines: str) -> None:
+            content = thread_notice(list(lines), card_event_id=card_id, reply_to=event_id, mention=sender)
+            await self._send(room_id, "m.room.message", content, what=f"reply in {room_id}")
+
+        if view.sensitive:
+            await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
+            return
+        if not self.may_answer(tenant_id, sender):
+            self.log.info("matrix: refused an answer from a user who is not allowed",
+                          extra={"request_id": view.id, "room_id": room_id})
+            await notice(f"{sender}, you are not allowed to answer this request, so nothing was changed.")
+            return
+        if view.terminal:
+            await notice(f"This request is closed already: {outcome_text(view)}")
+            return
+        value, problems = self._read(view, text)
+        if problems:
+            await self.service.journal(
+                tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
+                principal=f"matrix:{sender}", channel=self.name,
+                data={"errors": problems})
+            await notice("That answer was not accepted; the request is still open:", *self._error_lines(view, problems))
+            return
+        try:
+            await self.service.submit(tenant_id=tenant_id, request_id=view.id, response=value,
+                                      principal=f"matrix:{sender}", via=self.name)
+        except InvalidAnswerError as e:
+            await notice("That answer was not accepted; the request is still open:",
+                         *self._error_lines(view, list(e.details or [])))
+            return
+        except (AlreadyAnsweredError, ExpiredError, RequestCancelledError):
+            current = await self.service.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
+            await notice(f"This request is closed already: {outcome_text(current)}")
+            return
+        await self._send(room_id, "m.reaction", reaction_content(event_id, ACCEPTED), what=f"react in {room_id}")
+
+    @staticmethod
+    def _read(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]]]:
+        """The typed answer and, for a form, the problems reading its lines (plus what validation adds)."""
+        if not is_form(view):
+            return coerce_text(view.schema, text), []
+        value, line_errors = parse_field_lines(view.schema or {}, text)
+        if not line_errors:
+            return value, []
+        problems = [e.to_json() for e in line_errors]
+        seen = {p["field"] for p in problems}
+        problems += [e.to_json() for e in validate_answer(view.schema, value) if e.field not in seen]
+        return value, problems
+
+    @staticmethod
+    def _error_lines(view: RequestView, details: list[dict[str, Any]]) -> list[str]:
+        titles = {row["name"]: row["title"] for row in field_rows(view.schema)} if is_form(view) else {}
+        lines = []
+        for detail in details:
+            name, message = str(detail.get("field") or ""), str(detail.get("message") or "is not valid")
+            head = f"{titles[name]} ({name})" if name in titles else name or "Answer"
+            lines.append(f"{head}: {message}")
+        return lines or ["the answer is not valid"]
+
+    async def _refuse_sensitive(self, room_id: str, event_id: str, *, view: RequestView, sender: str,
+                                notice: Any) -> None:
+        """A chat answer to a sensitive request: remove it from the room's history, point to the form."""
+        removed = await self._redact(room_id, event_id)
+        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
+                                   run_id=view.run_id, principal=f"matrix:{sender}", channel=self.name,
+                                   data={"reason": "sensitive", "removed": removed})
+        if removed:
+            first = "This request is sensitive, so answers are not taken in chat: your message was removed."
+        else:
+            first = ("This request is sensitive, so answers are not taken in chat. The bot could not remove your "
+                     "message (it lacks the power to redact here): please delete it yourself.")
+        await notice(first, "Answer through the one-time form link in the card.")
+
+    async def _redact(self, room_id: str, event_id: str) -> bool:
+        try:
+            await self._call(self.client.room_redact(room_id, event_id, reason="Sensitive answers go through the form"),
+                             RoomRedactResponse, f"redact in {room_id}")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not redact a chat answer to a sensitive request (%s)", e.message,
+                             extra={"room_id": room_id})
+            return False
+        return True
+
+
+def _level(value: float) -> str:
+    return "creator (unlimited)" if math.isinf(value) else str(int(value))

@@ -1,0 +1,406 @@
+"""The Matrix bot against a real Synapse: cards, every answer path, refusals, edits, restarts.
+
+A second matrix-nio client plays the human. Each test gets fresh users and a
+fresh room on the session's Synapse; answer paths run in room version 10 and in
+the server's default (12, where the creator's power is implicit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nio import AsyncClient, RoomCreateResponse, RoomGetEventResponse, RoomSendResponse, SyncResponse
+
+from bots.matrix import MatrixConnector
+from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from conftest import OPERATOR_KEY, base_config, running_app, settings_from
+from core.appkeys import CONNECTORS, SERVICE
+from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
+from harness.synapse import SynapseServer, unique_localpart
+
+PASSWORD = "correct horse battery staple"
+VERSIONS = pytest.mark.parametrize("room_version", ["10", None], ids=["v10", "v12-default"])
+FORM_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "port": {"type": "integer", "title": "Port", "minimum": 1, "maximum": 65535},
+        "env": {"type": "string", "enum": ["canary", "stable"], "title": "Environment"},
+        "note": {"type": "string", "maxLength": 20, "description": "Why <now>?"},
+    },
+    "required": ["port", "env"],
+    "additionalProperties": False,
+}
+
+
+# -- the human side -------------------------------------------------------------------
+
+
+class Human:
+    """A logged-in nio client that keeps every timeline event it has synced."""
+
+    def __init__(self, server: SynapseServer, prefix: str) -> None:
+        self.user_id, token, _ = server.register_user(unique_localpart(prefix), PASSWORD)
+        self.client = AsyncClient(server.base_url, self.user_id)
+        self.client.access_token = token
+        self.client.user_id = self.user_id
+        self.access_token = token
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def sync(self, timeout_ms: int = 500) -> None:
+        response = await self.client.sync(timeout=timeout_ms, since=self.client.next_batch)
+        assert isinstance(response, SyncResponse), response
+        for room_id, info in response.rooms.join.items():
+            self.seen.extend((room_id, e.source) for e in info.timeline.events)
+
+    async def expect(self, room_id: str, predicate: Callable[[dict[str, Any]], bool], *,
+                     what: str, timeout: float = 15) -> dict[str, Any]:
+        """The first event in ``room_id`` matching ``predicate``, syncing until it shows up."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for seen_room, event in self.seen:
+                if seen_room == room_id and predicate(event):
+                    return event
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.user_id} never saw {what}")
+            await self.sync()
+
+    async def send(self, room_id: str, content: dict[str, Any], event_type: str = "m.room.message") -> str:
+        response = await self.client.room_send(room_id, event_type, content)
+        assert isinstance(response, RoomSendResponse), response
+        return response.event_id
+
+    async def reply(self, room_id: str, card: dict[str, Any], text: str) -> str:
+        """A reply with both fallbacks a classic client adds: the ``>`` quote and ``<mx-reply>``."""
+        quoted = "\n".join(f"> {line}" for line in card["content"]["body"].splitlines())
+        quoted = quoted.replace("> ", f"> <{card['sender']}> ", 1)
+        html_lines = "<br>".join(text.splitlines())
+        return await self.send(room_id, {
+            "msgtype": "m.text",
+            "body": f"{quoted}\n\n{text}",
+            "format": "org.matrix.custom.html",
+            "formatted_body": f"<mx-reply><blockquote>In reply to {card['sender']}<br>question</blockquote>"
+                              f"</mx-reply>{html_lines}",
+            "m.relates_to": {"m.in_reply_to": {"event_id": card["event_id"]}},
+        })
+
+    async def in_thread(self, room_id: str, card_id: str, text: str) -> str:
+        return await self.send(room_id, {
+            "msgtype": "m.text", "body": text,
+            "m.relates_to": {"rel_type": "m.thread", "event_id": card_id, "is_falling_back": True,
+                             "m.in_reply_to": {"event_id": card_id}},
+        })
+
+    async def react(self, room_id: str, event_id: str, key: str) -> str:
+        return await self.send(room_id, {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id,
+                                                          "key": key}}, "m.reaction")
+
+    async def join(self, room_id: str) -> None:
+        response = await self.client.join(room_id)
+        assert response.__class__.__name__ == "JoinResponse", response
+
+
+def _relates(event: dict[str, Any]) -> dict[str, Any]:
+    relates = (event.get("content") or {}).get("m.relates_to")
+    return relates if isinstance(relates, dict) else {}
+
+
+def is_card(bot: str, marker: str) -> Callable[[dict[str, Any]], bool]:
+    def check(event: dict[str, Any]) -> bool:
+        content = event.get("content") or {}
+        return (event.get("sender") == bot and event.get("type") == "m.room.message" and not _relates(event)
+                and marker in content.get("body", ""))
+    return check
+
+
+def is_reaction_on(event_id: str, key: str, sender: str) -> Callable[[dict[str, Any]], bool]:
+    def check(event: dict[str, Any]) -> bool:
+        relates = _relates(event)
+        return (event.get("type") == "m.reaction" and event.get("sender") == sender
+                and relates.get("event_id") == event_id and relates.get("key") == key)
+    return check
+
+
+def is_notice_to(event_id: str, bot: str) -> Callable[[dict[str, Any]], bool]:
+    """The bot's threaded answer to ``event_id``."""
+    def check(event: dict[str, Any]) -> bool:
+        relates = _relates(event)
+        return (event.get("sender") == bot and relates.get("rel_type") == "m.thread"
+                and (relates.get("m.in_reply_to") or {}).get("event_id") == event_id)
+    return check
+
+
+def is_edit_of(card_id: str, bot: str, text: str) -> Callable[[dict[str, Any]], bool]:
+    def check(event: dict[str, Any]) -> bool:
+        relates = _relates(event)
+        new = (event.get("content") or {}).get("m.new_content") or {}
+        return (event.get("sender") == bot and relates.get("rel_type") == "m.replace"
+                and relates.get("event_id") == card_id and text in new.get("body", ""))
+    return check
+
+
+class TableRows(HTMLParser):
+    """The text of every cell of every row of the card's table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header: list[str] = []
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+        self._in_head = False
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "thead":
+            self._in_head = True
+        elif tag == "tr" and not self._in_head:
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "br" and self._cell is not None:
+            self._cell.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "thead":
+            self._in_head = False
+        elif tag in ("td", "th") and self._cell is not None:
+            text = " ".join("".join(self._cell).split())
+            (self.header if self._in_head else self.rows[-1]).append(text)
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+# -- the world of one test --------------------------------------------------------------
+
+
+@dataclass
+class World:
+    synapse: SynapseServer
+    bot_id: str
+    bot_token: str
+    human: Human
+    stranger: Human
+    room_id: str
+    tmp_path: Path
+
+    def settings(self, *, storage_url: str | None = None, **matrix: Any) -> Any:
+        section = {"homeserver": self.synapse.base_url, "user_id": self.bot_id, "access_token": self.bot_token,
+                   "tenants": {"acme": {"room_ids": [self.room_id], "allowed_users": [self.human.user_id]}}}
+        section.update(matrix)
+        url = storage_url or f"sqlite:///{self.tmp_path / 'handraise.db'}"
+        return settings_from(base_config(url, matrix=section))
+
+
+async def bot_creates_room(server: SynapseServer, bot_token: str, bot_id: str, *, room_version: str | None,
+                           invite: list[str], **extra: Any) -> str:
+    setup = AsyncClient(server.base_url, bot_id)
+    setup.access_token = bot_token
+    setup.user_id = bot_id
+    try:
+        created = await setup.room_create(room_version=room_version, invite=invite, **extra)
+        assert isinstance(created, RoomCreateResponse), created
+        return created.room_id
+    finally:
+        await setup.close()
+
+
+@pytest.fixture
+async def world(synapse: SynapseServer, tmp_path: Path, request: pytest.FixtureRequest  # noqa: F811
+                ) -> AsyncIterator[World]:
+    """A bot, an allowed human and a stranger in a room the bot created (version from ``room_version``)."""
+    room_version = request.node.callspec.params.get("room_version") if hasattr(request.node, "callspec") else None
+    bot_id, bot_token, _ = synapse.register_user(unique_localpart("bot"), PASSWORD)
+    human, stranger = Human(synapse, "human"), Human(synapse, "stranger")
+    room_id = await bot_creates_room(synapse, bot_token, bot_id, room_version=room_version,
+                                     invite=[human.user_id, stranger.user_id])
+    await human.join(room_id)
+    await stranger.join(room_id)
+    try:
+        yield World(synapse, bot_id, bot_token, human, stranger, room_id, tmp_path)
+    finally:
+        await human.client.close()
+        await stranger.client.close()
+
+
+async def started(api: Any) -> MatrixConnector:
+    connector = api.app[CONNECTORS]["matrix"]
+    await asyncio.wait_for(connector.synced.wait(), timeout=15)
+    return connector
+
+
+def request_body(question: str, **extra: Any) -> dict[str, Any]:
+    return {"unique_id": f"u-{uuid.uuid4().hex[:10]}", "message_for_user": question, "channels": ["matrix"],
+            "timeout_seconds": 120, **extra}
+
+
+# -- the card and the form answer --------------------------------------------------------
+
+
+@VERSIONS
+async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, room_version: str | None) -> None:
+    question = f"Deploy where? <img src=x onerror=alert(1)> & co {uuid.uuid4().hex[:6]}"
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        created = await api.create(request_body(question, schema=FORM_SCHEMA))
+        card = await world.human.expect(world.room_id, is_card(world.bot_id, question), what="the card")
+        content = card["content"]
+
+        # The HTML card: the question escaped, then the table field by field.
+        assert content["format"] == "org.matrix.custom.html"
+        html_body = content["formatted_body"]
+        assert "<img" not in html_body and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in html_body
+        table = TableRows()
+        table.feed(html_body)
+        assert table.header == ["Field", "Type", "Choices", "Bounds", "Required"]
+        # Core stores the schema as canonical JSON (sorted keys), so rows come in name order.
+        assert sorted(table.rows) == sorted([
+            ["Port (port)", "whole number", "", "1 to 65535", "✱ required"],
+            ["Environment (env)", "one of the choices", "canary, stable", "", "✱ required"],
+            ["Note (note) Why <now>?", "text", "", "at most 20 characters", "optional"],
+        ])
+        assert "&lt;now&gt;" in html_body
+        link = re.search(r'<a href="([^"]+)">fill the form</a>', html_body)
+        assert link and link.group(1).startswith("http://127.0.0.1:8080/f/")
+
+        # The plain body carries the same content for clients without HTML.
+        body = content["body"]
+        assert question in body
+        for line in ("✱ Port (port): whole number; 1 to 65535",
+                     "✱ Environment (env): one of the choices; choices: canary, stable",
+                     "Note (note): text; at most 20 characters — Why <now>?",
+                     'reply to this message with one "field: value" line per field'):
+            assert line in body
+        assert link.group(1) in body
+
+        # The link is a live one-time form link for this request.
+        _, opened = await api.app[SERVICE].open_link(link.group(1).rsplit("/", 1)[1])
+        assert opened.id == created["id"]
+
+        reply_id = await world.human.reply(world.room_id, card, "PORT: 8080\nenvironment: Canary\nnote: now")
+        done = await api.wait(created["id"], timeout=15)
+        assert done["status"] == "answered"
+        assert done["response"] == {"port": 8080, "env": "canary", "note": "now"}
+        assert done["answered_by"] == f"matrix:{world.human.user_id}"
+        assert done["answered_via"] == "matrix"
+
+        await world.human.expect(world.room_id, is_reaction_on(reply_id, "✅", world.bot_id), what="✅")
+        edit = await world.human.expect(
+            world.room_id, is_edit_of(card["event_id"], world.bot_id, f"Answered by {world.human.user_id}"),
+            what="the card edited to show the answer")
+        new = edit["content"]["m.new_content"]
+        assert question in new["body"] and "fill the form" not in new["formatted_body"]
+
+
+@VERSIONS
+async def test_single_value_requests_by_thread_bare_value_and_reactions(world: World, room_version: str | None) -> None:
+    tag = uuid.uuid4().hex[:6]
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        free = await api.create(request_body(f"Free text? {tag}"))
+        enum = await api.create(request_body(f"Which track? {tag}",
+                                             schema={"type": "string", "enum": ["canary", "stable"]}))
+        yes_no = await api.create(request_body(f"Proceed? {tag}", schema={"type": "boolean"}))
+        approval = await api.create(request_body(f"Drop the table? {tag}", kind="approval"))
+        approval2 = await api.create(request_body(f"Rotate keys? {tag}", kind="approval"))
+        human, room = world.human, world.room_id
+        cards = {}
+        for name, question in (("free", "Free text?"), ("enum", "Which track?"), ("yes_no", "Proceed?"),
+                               ("approval", "Drop the table?"), ("approval2", "Rotate keys?")):
+            cards[name] = await human.expect(room, is_card(world.bot_id, f"{question} {tag}"), what=name)
+
+        assert "To answer, reply to this message with your answer." in cards["free"]["content"]["body"]
+        assert "reply with one of: canary, stable" in cards["enum"]["content"]["body"]
+        assert "reply yes or no" in cards["yes_no"]["content"]["body"]
+        assert "reply approve or reject" in cards["approval"]["content"]["body"]
+        assert "<table>" not in cards["enum"]["content"]["formatted_body"]
+
+        await human.in_thread(room, cards["free"]["event_id"], "Ship it on Friday")
+        await human.reply(room, cards["enum"], "Stable")
+        await human.react(room, cards["yes_no"]["event_id"], THUMBS_UP + "\ufe0f")
+        await human.react(room, cards["approval"]["event_id"], THUMBS_DOWN)
+        await human.reply(room, cards["approval2"], "approve because the window is open")
+
+        results = {name: await api.wait(req["id"], timeout=15) for name, req in
+                   (("free", free), ("enum", enum), ("yes_no", yes_no), ("approval", approval),
+                    ("approval2", approval2))}
+        assert {k: v["status"] for k, v in results.items()} == dict.fromkeys(results, "answered")
+        assert results["free"]["response"] == "Ship it on Friday"
+        assert results["enum"]["response"] == "stable"
+        assert results["yes_no"]["response"] is True
+        assert results["approval"]["response"] == {"decision": "reject"}
+        assert results["approval2"]["response"] == {"decision": "approve", "reason": "the window is open"}
+        assert {v["answered_by"] for v in results.values()} == {f"matrix:{human.user_id}"}
+
+
+# -- refusals -------------------------------------------------------------------------
+
+
+@VERSIONS
+async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(world: World,
+                                                                       room_version: str | None) -> None:
+    tag = uuid.uuid4().hex[:6]
+    human, stranger, room, bot = world.human, world.stranger, world.room_id, world.bot_id
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        form = await api.create(request_body(f"Deploy? {tag}", schema=FORM_SCHEMA))
+        secret_question = f"Enter the OTP sent to you {tag}"
+        secret = await api.create(request_body(secret_question, sensitive=True,
+                                               schema={"type": "string", "pattern": "^[0-9]{6}$"}))
+        card = await human.expect(room, is_card(bot, f"Deploy? {tag}"), what="the form card")
+        secret_card = await human.expect(room, is_card(bot, "A sensitive request"), what="the sensitive card")
+        # The sensitive card holds generic text and the link only.
+        assert secret_question not in secret_card["content"]["body"]
+        assert secret_question not in secret_card["content"]["formatted_body"]
+        assert "/f/" in secret_card["content"]["body"]
+
+        # An invalid answer: a threaded reply lists each error; nothing resumes.
+        bad_id = await human.reply(room, card, "port: 99999\nenv: production\ncolour: red")
+        notice = await human.expect(room, is_notice_to(bad_id, bot), what="the error list")
+        assert _relates(notice)["event_id"] == card["event_id"]
+        errors = notice["content"]["body"]
+        assert "not accepted" in errors
+        assert "- colour: unknown field" in errors
+        assert "- Port (port): must be at most 65535" in errors
+        assert "- Environment (env): must be one of: canary, stable" in errors
+        assert "<li>Port (port): must be at most 65535</li>" in notice["content"]["formatted_body"]
+
+        # A stranger: a short notice, nothing changes.
+        stranger_id = await stranger.reply(room, card, "port: 443\nenv: stable")
+        refusal = await human.expect(room, is_notice_to(stranger_id, bot), what="the stranger's notice")
+        assert "not allowed" in refusal["content"]["body"]
+
+        # A chat reply to the sensitive request: redacted, and pointed to the form.
+        leaked_id = await human.reply(room, secret_card, "123456")
+        pointer = await human.expect(room, is_notice_to(leaked_id, bot), what="the pointer to the form")
+        assert "removed" in pointer["content"]["body"] and "form" in pointer["content"]["body"]
+        fetched = await human.client.room_get_event(room, leaked_id)
+        assert isinstance(fetched, RoomGetEventResponse), fetched
+        assert fetched.event.source["content"] == {}
+        assert fetched.event.source["unsigned"]["redacted_because"]["sender"] == bot
+
+        status, body = await api.call("GET", f"/v1/requests/{form['id']}")
+        assert body["status"] == "pending"
+        status, body = await api.call("GET", f"/v1/requests/{secret['id']}")
+        assert body["status"] == "pending"
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=secret["id"])
+        assert [e["data"] for e in entries if e["event"] == "chat_reply_refused"] == [
+            {"reason": "sensitive", "removed": True}]
+        assert "123456" not in repr(entries)
+
+        # The allowed human, answering properly, still can.
+        good_id = await human.in_thread(room, card["event_id"], "port: 443\nenv: stable")
+        done = await api.wait(form["id"], timeout=15)
+        assert done["response"] == {"port": 443, "env": "stable"}
+        assert done["answered_by"] == f"matrix:{human.user_id}"
+        await human.expect(room, is_reaction_on(good_id, "✅", bot), what="✅")
