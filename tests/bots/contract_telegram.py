@@ -1,0 +1,141 @@
+"""The Telegram contract driver: the human taps and replies through the wire-level fake Bot API.
+
+Also the helpers the Telegram tests share (``TelegramDriver`` is usable on its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Api
+
+from bots.telegram import TelegramConnector
+from core.connectors import Connector
+from tests.bots.contract import Action, ConnectorDriver, Posted, register_driver
+from tests.fakes.telegram import Call, FakeTelegram, StoredMessage
+
+CHAT = -1001234567  # a supergroup serving tenant acme
+ALLOWED = 4242  # on acme's allowlist
+STRANGER = 6666  # on no allowlist
+GLOBEX_CHAT = -1007654321
+GLOBEX_USER = 5151  # may answer globex's questions, not acme's
+
+
+class TelegramDriver(ConnectorDriver):
+    channel = "telegram"
+
+    def __init__(self, **overrides: Any) -> None:
+        self.overrides = overrides
+        self.tg = FakeTelegram()
+
+    async def start(self) -> None:
+        await self.tg.start()
+        self.tg.add_user(ALLOWED, first_name="Alice", username="alice")
+        self.tg.add_user(STRANGER, first_name="Mallory", username="mallory")
+
+    async def stop(self) -> None:
+        await self.tg.stop()
+
+    def connector_classes(self) -> list[type[Connector]]:
+        return [TelegramConnector]
+
+    def config(self) -> dict[str, Any]:
+        section: dict[str, Any] = {
+            "token": self.tg.token, "base_url": self.tg.base_url, "leader_check_seconds": 0.2,
+            "tenants": {"acme": {"chat_ids": [CHAT], "allowed_user_ids": [ALLOWED]},
+                        "globex": {"chat_ids": [GLOBEX_CHAT], "allowed_user_ids": [GLOBEX_USER]}},
+        }
+        section.update(self.overrides)
+        return {"telegram": section}
+
+    async def ready(self, api: Api) -> None:
+        if self.config()["telegram"].get("mode", "polling") == "polling":
+            await self.tg.wait_until_polling()
+        else:
+            await self.tg.wait_for_call("setWebhook")
+
+    def principal(self) -> str:
+        return f"telegram:{ALLOWED}"
+
+    # -- the human's side ------------------------------------------------------
+
+    def message(self, posted: Posted) -> StoredMessage:
+        return self.tg.message(posted.ref["chat_id"], posted.ref["message_id"])
+
+    def button(self, posted: Posted, choice: str) -> dict[str, Any]:
+        """The inline button whose label contains ``choice`` (case-insensitive)."""
+        rows = (self.message(posted).reply_markup or {}).get("inline_keyboard") or []
+        for row in rows:
+            for button in row:
+                if choice.lower() in button["text"].lower():
+                    return button
+        raise AssertionError(f"no button like {choice!r} in {rows}")
+
+    def push(self, update: dict[str, Any]) -> None:
+        self.tg.push_update(update)
+
+    async def press(self, posted: Posted, choice: str, *, stranger: bool = False,
+                    user_id: int | None = None) -> Action:
+        data = self.button(posted, choice)["callback_data"]
+        user = user_id if user_id is not None else (STRANGER if stranger else ALLOWED)
+        update = self.tg.make_callback(chat_id=posted.ref["chat_id"], user_id=user,
+                                       message_id=posted.ref["message_id"], data=data)
+        self.push(update)
+        return Action(posted=posted, kind="press", stranger=stranger,
+                      handle={"query_id": update["callback_query"]["id"]})
+
+    async def reply(self, posted: Posted, text: str, *, stranger: bool = False,
+                    user_id: int | None = None, to_message_id: int | None = None) -> Action:
+        user = user_id if user_id is not None else (STRANGER if stranger else ALLOWED)
+        update = self.tg.make_text_message(chat_id=posted.ref["chat_id"], user_id=user, text=text,
+                                           reply_to_message_id=to_message_id or posted.ref["message_id"])
+        self.push(update)
+        return Action(posted=posted, kind="reply", stranger=stranger,
+                      handle={"message_id": update["message"]["message_id"]})
+
+    async def callback_answer(self, action: Action) -> Call:
+        """The bot's answerCallbackQuery for a press."""
+        query_id = action.handle["query_id"]
+        return await self.tg.wait_for_call(
+            "answerCallbackQuery", predicate=lambda c: str(c.params.get("callback_query_id")) == query_id)
+
+    async def bot_reply(self, action: Action, *, containing: str = "") -> Call:
+        """The bot's message quoting a reply (sendMessage with reply_parameters to it)."""
+        message_id = action.handle["message_id"]
+
+        def quoting(call: Call) -> bool:
+            to = (call.params.get("reply_parameters") or {}).get("message_id")
+            return to == message_id and containing.lower() in str(call.params.get("text", "")).lower()
+
+        return await self.tg.wait_for_call("sendMessage", predicate=quoting)
+
+    async def assert_refused(self, action: Action) -> None:
+        if action.kind == "press":
+            call = await self.callback_answer(action)
+        else:
+            call = await self.bot_reply(action)
+        assert "not authorized" in call.params.get("text", "").lower(), call.params
+
+    async def assert_reply_removed(self, action: Action) -> None:
+        message_id = action.handle["message_id"]
+        chat_id = action.posted.ref["chat_id"]
+        await self.tg.wait_for_call("deleteMessage", predicate=lambda c: c.params.get("message_id") == message_id)
+        assert self.tg.message(chat_id, message_id).deleted
+        notice = await self.tg.wait_for_call(
+            "sendMessage", predicate=lambda c: c.params.get("chat_id") == chat_id
+            and "form" in str(c.params.get("text", "")).lower() and "deleted" in str(c.params.get("text", "")))
+        assert notice.ok
+
+    async def assert_withdrawn(self, posted: Posted, outcome: str) -> None:
+        await self.tg.wait_for_call(
+            "editMessageText", predicate=lambda c: c.params.get("message_id") == posted.ref["message_id"]
+            and c.params.get("chat_id") == posted.ref["chat_id"])
+        message = self.message(posted)
+        assert outcome.lower() in (message.text or "").lower(), message.text
+        assert not (message.reply_markup or {}).get("inline_keyboard"), message.reply_markup
+
+
+@register_driver("telegram")
+def telegram_driver(request: pytest.FixtureRequest) -> TelegramDriver:
+    return TelegramDriver()
