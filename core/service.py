@@ -415,8 +415,14 @@ class RequestService:
 
     async def submit_link(self, *, token: str, response: Any) -> RequestView:
         link, view = await self.open_link(token)
-        return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
-                                 principal=f"link:{link.id}", via="web", link_id=link.id)
+        try:
+            return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
+                                     principal=f"link:{link.id}", via="web", link_id=link.id)
+        except AlreadyAnsweredError:
+            # Lost a race after open_link (another tab of this link, or another channel): a dead
+            # link is a 410 as open_link reports it (LinkUsedError / AlreadyAnsweredGone), not a 409.
+            await self.open_link(token)
+            raise
 
     # -- journal and deliveries (for connectors) -------------------------------
 
