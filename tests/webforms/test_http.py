@@ -1,0 +1,529 @@
+"""HTTP tests of the hosted form: links, every status of /f/{token}, headers, CSRF, limits, typed answers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientResponse
+
+from conftest import (
+    AGENT_KEY,
+    OPERATOR_KEY,
+    OTHER_OPERATOR_KEY,
+    READER_KEY,
+    Api,
+    base_config,
+    running_app,
+    settings_from,
+)
+from core.appkeys import CONNECTORS, SERVICE, STORE
+from core.errors import ConfigError, ConnectorError
+from webforms.connector import WebFormsConnector
+from webforms.pages import CONTENT_SECURITY_POLICY
+from webforms.render import CSRF_FIELD, OFFSET_PREFIX, ROOT_NAME
+
+from .html_tools import by_id, csrf_of, field_container, find, one, parse, visible_text, within
+
+TENANT_NAME = "Acme Corp"
+
+EVERY_FIELD = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40, "title": "Your name"},
+        "notes": {"type": "string", "maxLength": 1000},
+        "count": {"type": "integer", "minimum": 0, "maximum": 100},
+        "price": {"type": "number"},
+        "agree": {"type": "boolean"},
+        "sure": {"type": "boolean"},
+        "size": {"type": "string", "enum": ["S", "M", "L"]},
+        "country": {"type": "string", "enum": ["de", "fr", "it", "es", "pt", "nl"]},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["x", "y", "z"]}},
+        "trip": {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2, "maxItems": 2},
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "time"},
+        "when": {"type": "string", "format": "date-time"},
+        "email": {"type": "string", "format": "email"},
+        "site": {"type": "string", "format": "uri"},
+        "pin": {"type": "string", "writeOnly": True},
+    },
+    "required": ["name", "sure"],
+}
+EVERY_FIELD_POST = [
+    ("name", "Ann"), ("notes", "line one\r\nline two"), ("count", "7"), ("price", "2.5"), ("agree", "true"),
+    ("sure", "false"), ("size", "L"), ("country", "pt"), ("tags", "x"), ("tags", "z"),
+    ("trip", "2026-05-01"), ("trip", "2026-05-09"), ("day", "2026-01-02"), ("at", "09:15"),
+    ("when", "2026-01-02T14:30"), (OFFSET_PREFIX + "when", "-300"), ("email", "ann@example.com"),
+    ("site", "https://example.com/a?b=c"), ("pin", "0000-9"),
+]
+EVERY_FIELD_ANSWER = {
+    "name": "Ann", "notes": "line one\nline two", "count": 7, "price": 2.5, "agree": True, "sure": False,
+    "size": "L", "country": "pt", "tags": ["x", "z"], "trip": ["2026-05-01", "2026-05-09"], "day": "2026-01-02",
+    "at": "09:15", "when": "2026-01-02T14:30:00-05:00", "email": "ann@example.com",
+    "site": "https://example.com/a?b=c", "pin": "0000-9",
+}
+
+
+def web_settings(storage_url: str, **extra: Any) -> Any:
+    config = base_config(storage_url, **extra)
+    config["tenants"][0]["name"] = TENANT_NAME
+    return settings_from(config)
+
+
+@pytest.fixture
+async def web(tmp_path: Path) -> AsyncIterator[Api]:
+    async with running_app(web_settings(f"sqlite:///{tmp_path / 'h.db'}"),
+                           connector_classes=[WebFormsConnector]) as api:
+        yield api
+
+
+@pytest.fixture
+async def web_any_store(storage_url: str) -> AsyncIterator[Api]:
+    async with running_app(web_settings(storage_url), connector_classes=[WebFormsConnector]) as api:
+        yield api
+
+
+async def ask(api: Api, schema: dict | None = None, **body: Any) -> dict[str, Any]:
+    payload = {"unique_id": f"q-{secrets.token_hex(6)}", "message_for_user": "Please fill this in.", **body}
+    if schema is not None:
+        payload["schema"] = schema
+    return await api.create(payload)
+
+
+async def mint(api: Api, request_id: str, *, recipient: str | None = None) -> str:
+    """A link's path, /f/<token>."""
+    status, body = await api.call("POST", f"/v1/requests/{request_id}/links", key=OPERATOR_KEY,
+                                  json={"recipient": recipient} if recipient else {})
+    assert status == 201, body
+    prefix = "http://127.0.0.1:8080/f/"
+    assert body["url"].startswith(prefix)
+    return body["url"][len(prefix) - 3:]
+
+
+class Page:
+    def __init__(self, resp: ClientResponse, html: str) -> None:
+        self.status = resp.status
+        self.headers = resp.headers
+        self.html = html
+        self.text = visible_text(html) if html else ""
+
+
+async def fetch(api: Api, path: str, *, method: str = "GET", data: Any = None,
+                headers: dict[str, str] | None = None) -> Page:
+    async with api.session.request(method, api.url(path), data=data, headers=headers or {},
+                                   allow_redirects=False) as resp:
+        return Page(resp, await resp.text())
+
+
+async def post(api: Api, path: str, pairs: list[tuple[str, str]], *, csrf: str | None = None) -> Page:
+    if csrf is None:
+        csrf = csrf_of((await fetch(api, path)).html)
+    return await fetch(api, path, method="POST", data=[(CSRF_FIELD, csrf), *pairs])
+
+
+def assert_page_headers(page: Page) -> None:
+    assert page.headers["Content-Type"].startswith("text/html")
+    csp = page.headers["Content-Security-Policy"]
+    assert csp == CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp and "script-src 'self'" in csp
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert page.headers["Cache-Control"] == "no-store"
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def state(api: Api, request_id: str) -> dict[str, Any]:
+    status, body = await api.call("GET", f"/v1/requests/{request_id}", key=READER_KEY)
+    assert status == 200
+    return body
+
+
+async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
+    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+
+
+# --------------------------------------------------------------------------- minting links
+
+
+async def test_minting_needs_the_answer_scope_and_an_ask_key_is_refused(web: Api) -> None:
+    request = await ask(web)
+    for key in (AGENT_KEY, READER_KEY):
+        status, body = await web.call("POST", f"/v1/requests/{request['id']}/links", key=key, json={})
+        assert status == 403 and body["error"]["code"] == "forbidden"
+    status, _ = await web.call("POST", f"/v1/requests/{request['id']}/links", key=OTHER_OPERATOR_KEY, json={})
+    assert status == 404
+    status, body = await web.call("POST", f"/v1/requests/{request['id']}/links", key=OPERATOR_KEY,
+                                  json={"recipient": "Alice"})
+    assert status == 201
+    assert body["expires_at"] == request["expires_at"]
+    token = body["url"].rsplit("/", 1)[1]
+    # token_urlsafe: 6 bits a character, so 22+ characters are at least 128 random bits.
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22,}", token) and len(token) * 6 >= 128
+
+
+async def test_the_token_is_stored_only_as_a_hash_and_the_recipient_is_journaled(web: Api) -> None:
+    request = await ask(web)
+    path = await mint(web, request["id"], recipient="Alice")
+    token = path.rsplit("/", 1)[1]
+    row = await web.app[STORE].get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+    assert row is not None and row["request_id"] == request["id"]
+    assert token not in json.dumps(row, default=str)
+    entries = await journal(web, request["id"])
+    minted = [e for e in entries if e["event"] == "link_minted"]
+    assert len(minted) == 1 and minted[0]["data"]["recipient"] == "Alice"
+    assert minted[0]["principal"] == "operator:op-1"
+    assert token not in json.dumps(entries)
+
+
+async def test_no_link_for_a_terminal_request(web: Api) -> None:
+    request = await ask(web)
+    await web.call("POST", f"/v1/requests/{request['id']}/cancel")
+    status, body = await web.call("POST", f"/v1/requests/{request['id']}/links", key=OPERATOR_KEY, json={})
+    assert status == 410 and body["error"]["code"] == "cancelled"
+
+
+# --------------------------------------------------------------------------- the form page
+
+
+async def test_the_form_page_shows_the_question_who_asks_and_the_time_left(web: Api) -> None:
+    request = await ask(web, EVERY_FIELD, message_for_user="Who are you? <script>x()</script>",
+                        timeout_seconds=600)
+    path = await mint(web, request["id"], recipient="Alice")
+    page = await fetch(web, path)
+    assert page.status == 200
+    assert_page_headers(page)
+    assert "Who are you? <script>x()</script>" in page.text
+    assert "&lt;script&gt;x()&lt;/script&gt;" in page.html
+    assert f"Question from {TENANT_NAME}" in page.text
+    assert "agent:agent-1" in page.text and "Alice" in page.text
+    countdown = by_id(page.html, "countdown")
+    assert 590 <= int(countdown.get("data-seconds-left")) <= 600
+    assert re.fullmatch(r"(10 min 0 s|9 min \d+ s)", countdown.text)
+    elements = parse(page.html)
+    named = {e.get("name") for e in elements if e.tag in ("input", "select", "textarea")}
+    assert named >= set(EVERY_FIELD["properties"])
+
+
+async def test_the_page_and_its_assets_are_small_and_same_origin(web: Api) -> None:
+    request = await ask(web, EVERY_FIELD)
+    page = await fetch(web, await mint(web, request["id"]))
+    elements = parse(page.html)
+    assets = [e.get("src") or e.get("href") for e in elements if e.get("src") or e.get("href")]
+    assert assets and all(a.startswith("/f/-/static/") for a in assets)
+    total = len(page.html.encode())
+    for url in assets:
+        asset = await fetch(web, url)
+        assert asset.status == 200, url
+        assert asset.headers["X-Content-Type-Options"] == "nosniff"
+        total += len(asset.html.encode())
+        if url.startswith("/f/-/static/form.css"):
+            assert asset.headers["Content-Type"].startswith("text/css")
+            assert "prefers-color-scheme: dark" in asset.html
+            # No url(): fonts, images and imports would be more requests.
+            assert "url(" not in asset.html and "@import" not in asset.html
+        if url.startswith("/f/-/static/form.js"):
+            assert asset.headers["Content-Type"].startswith("text/javascript")
+            assert "fetch(" not in asset.html and "XMLHttpRequest" not in asset.html
+    assert total < 30 * 1024, total
+
+
+async def test_assets_are_cacheable_and_unknown_ones_are_404(web: Api) -> None:
+    first = await fetch(web, "/f/-/static/form.css")
+    etag = first.headers["ETag"]
+    again = await fetch(web, "/f/-/static/form.css", headers={"If-None-Match": etag})
+    assert again.status == 304
+    assert (await fetch(web, "/f/-/static/../../pyproject.toml")).status == 404
+    assert (await fetch(web, "/f/-/static/form.html")).status == 404
+
+
+async def test_get_decides_nothing(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    for _ in range(3):
+        assert (await fetch(web, path)).status == 200
+    assert (await fetch(web, path, method="HEAD")).status == 200
+    assert (await fetch(web, path + "?answer=yes&handraise%3Acsrf=x")).status == 200
+    assert (await state(web, request["id"]))["status"] == "pending"
+    assert [e["event"] for e in await journal(web, request["id"])] == ["created", "link_minted"]
+    page = await post(web, path, [(ROOT_NAME, "yes")])
+    assert page.status == 200
+
+
+@pytest.mark.parametrize("token", ["A" * 43, "nope", "x" * 300])
+async def test_an_unknown_link_is_404_with_a_plain_page(web: Api, token: str) -> None:
+    for method in ("GET", "POST"):
+        page = await fetch(web, f"/f/{token}", method=method, data={CSRF_FIELD: "x"} if method == "POST" else None)
+        assert page.status == 404
+        assert_page_headers(page)
+        assert "This link is not valid" in page.text
+
+
+# --------------------------------------------------------------------------- answering
+
+
+async def test_a_valid_form_answers_and_the_agent_gets_the_typed_answer(web: Api) -> None:
+    request = await ask(web, EVERY_FIELD)
+    path = await mint(web, request["id"])
+    page = await post(web, path, EVERY_FIELD_POST)
+    assert page.status == 200, page.text
+    assert_page_headers(page)
+    assert "Thank you, your answer was sent" in page.text and "You can close this tab" in page.text
+    result = await web.wait(request["id"])
+    assert result["status"] == "answered"
+    assert result["response"] == EVERY_FIELD_ANSWER
+    assert result["answered_via"] == "web"
+    assert re.fullmatch(r"link:lnk_[A-Za-z0-9_-]+", result["answered_by"])
+
+    # The same answer through the API gives the same stored value, byte for byte.
+    twin = await ask(web, EVERY_FIELD)
+    status, _ = await web.submit(twin["unique_id"], EVERY_FIELD_ANSWER)
+    assert status == 200
+    via_api = await web.wait(twin["id"])
+    assert json.dumps(via_api["response"], sort_keys=True) == json.dumps(result["response"], sort_keys=True)
+
+
+async def test_unknown_fields_are_ignored(web: Api) -> None:
+    request = await ask(web, {"type": "object", "properties": {"a": {"type": "string"}}})
+    path = await mint(web, request["id"])
+    page = await post(web, path, [("a", "kept"), ("b", "dropped"), ("decision", "approve"), ("a.b", "x")])
+    assert page.status == 200
+    assert (await web.wait(request["id"]))["response"] == {"a": "kept"}
+
+
+async def test_a_wrong_type_is_422_naming_the_field_and_the_link_stays_usable(web: Api) -> None:
+    request = await ask(web, EVERY_FIELD)
+    path = await mint(web, request["id"])
+    bad = [(k, v) for k, v in EVERY_FIELD_POST if k not in ("count", "email")]
+    bad += [("count", "seven"), ("email", "ann@localhost")]
+    page = await post(web, path, bad)
+    assert page.status == 422
+    assert_page_headers(page)
+    elements = parse(page.html)
+    count = one(elements, "input", name="count")
+    assert count.get("aria-invalid") == "true" and count.get("value") == "seven"
+    count_box = field_container(elements, "count")
+    assert [p.text for p in within(elements, count_box, "p") if "error" in (p.get("class") or "")] == [
+        "must be a whole number"]
+    assert "Count: must be a whole number" in page.text
+    assert "Email: is not a valid email address" in page.text
+    # The human's values are kept, a masked one is not.
+    assert one(elements, "input", name="name").get("value") == "Ann"
+    assert [b.has("checked") for b in find(elements, "input", name="tags")] == [True, False, True]
+    assert one(elements, "input", name="pin").get("value") is None
+    assert "0000-9" not in page.html
+    # Nothing was decided: the request is pending, the attempt journaled, the same link still works.
+    assert (await state(web, request["id"]))["status"] == "pending"
+    attempts = [e for e in await journal(web, request["id"]) if e["event"] == "invalid_attempt"]
+    assert len(attempts) == 1 and attempts[0]["channel"] == "web"
+    assert {e["field"] for e in attempts[0]["data"]["errors"]} == {"count", "email"}
+    page = await post(web, path, EVERY_FIELD_POST, csrf=csrf_of(page.html))
+    assert page.status == 200
+    assert (await web.wait(request["id"]))["response"] == EVERY_FIELD_ANSWER
+
+
+async def test_an_empty_one_value_answer_is_422_and_journaled(web: Api) -> None:
+    request = await ask(web)
+    path = await mint(web, request["id"])
+    page = await post(web, path, [(ROOT_NAME, "  ")])
+    assert page.status == 422
+    area = one(page.html, "textarea", name=ROOT_NAME)
+    assert area.get("aria-invalid") == "true"
+    assert by_id(page.html, f"{area.get('id')}-error").text == "is required"
+    events = [e["event"] for e in await journal(web, request["id"])]
+    assert events[-1] == "invalid_attempt"
+    assert (await post(web, path, [(ROOT_NAME, "fine")])).status == 200
+    assert (await web.wait(request["id"]))["response"] == "fine"
+
+
+async def test_an_approval_takes_the_pressed_button_and_the_reason(web: Api) -> None:
+    request = await ask(web, kind="approval", message_for_user="Delete the production database?")
+    path = await mint(web, request["id"])
+    page = await fetch(web, path)
+    assert [b.get("value") for b in find(page.html, "button", name="decision")] == ["approve", "reject"]
+    page = await post(web, path, [("reason", "Not on a Friday"), ("decision", "reject")])
+    assert page.status == 200
+    result = await web.wait(request["id"])
+    assert result["response"] == {"decision": "reject", "reason": "Not on a Friday"}
+
+
+async def test_an_approval_without_a_decision_is_422(web: Api) -> None:
+    request = await ask(web, kind="approval", message_for_user="Ship it?")
+    path = await mint(web, request["id"])
+    page = await post(web, path, [("reason", "hm")])
+    assert page.status == 422
+    assert "Decision: is required" in page.text
+    assert one(page.html, "textarea", name="reason").text == "hm"
+
+
+# --------------------------------------------------------------------------- dead links: 410
+
+
+async def test_a_used_link_is_410(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    form = await fetch(web, path)
+    assert (await post(web, path, [(ROOT_NAME, "first")], csrf=csrf_of(form.html))).status == 200
+    again = await post(web, path, [(ROOT_NAME, "second")], csrf=csrf_of(form.html))
+    assert again.status == 410
+    assert_page_headers(again)
+    assert "This link was used already" in again.text
+    page = await fetch(web, path)
+    assert page.status == 410 and "This link was used already" in page.text
+    assert (await web.wait(request["id"]))["response"] == "first"
+
+
+async def test_an_expired_question_is_410(web: Api) -> None:
+    request = await ask(web, {"type": "string"}, timeout_seconds=1)
+    path = await mint(web, request["id"])
+    form = await fetch(web, path)
+    assert (await web.wait(request["id"], timeout=5))["status"] == "expired"
+    for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "late")], csrf=csrf_of(form.html))):
+        assert page.status == 410
+        assert_page_headers(page)
+        assert "This question expired" in page.text
+    assert "response" not in await state(web, request["id"])
+
+
+async def test_a_cancelled_question_is_410(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    form = await fetch(web, path)
+    status, _ = await web.call("POST", f"/v1/requests/{request['id']}/cancel")
+    assert status == 200
+    for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "x")], csrf=csrf_of(form.html))):
+        assert page.status == 410 and "This question was cancelled" in page.text
+
+
+async def test_a_question_answered_elsewhere_is_410(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    status, _ = await web.submit(request["unique_id"], "via the API")
+    assert status == 200
+    page = await fetch(web, path)
+    assert page.status == 410 and "This question was answered already" in page.text
+
+
+async def test_two_links_to_one_question_give_one_answer(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    first, second = await mint(web, request["id"]), await mint(web, request["id"])
+    assert (await post(web, first, [(ROOT_NAME, "one")])).status == 200
+    page = await fetch(web, second)
+    assert page.status == 410 and "answered already" in page.text
+
+
+async def test_a_double_submit_from_two_tabs_accepts_exactly_one(web_any_store: Api) -> None:
+    api = web_any_store
+    request = await ask(api, {"type": "string"})
+    path = await mint(api, request["id"])
+    tab_one, tab_two = await fetch(api, path), await fetch(api, path)
+    pages = await asyncio.gather(
+        post(api, path, [(ROOT_NAME, "from tab one")], csrf=csrf_of(tab_one.html)),
+        post(api, path, [(ROOT_NAME, "from tab two")], csrf=csrf_of(tab_two.html)),
+    )
+    assert sorted(p.status for p in pages) == [200, 410]
+    loser = next(p for p in pages if p.status == 410)
+    assert "This link was used already" in loser.text
+    result = await api.wait(request["id"])
+    winner = "from tab one" if pages[0].status == 200 else "from tab two"
+    assert result["response"] == winner
+    answered = [e for e in await journal(api, request["id"]) if e["event"] == "answered"]
+    assert len(answered) == 1
+
+
+# --------------------------------------------------------------------------- CSRF and limits
+
+
+async def test_a_post_without_the_csrf_token_is_403(web: Api) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    other_path = await mint(web, (await ask(web, {"type": "string"}))["id"])
+    other_csrf = csrf_of((await fetch(web, other_path)).html)
+    for data in ([(ROOT_NAME, "x")], [(CSRF_FIELD, ""), (ROOT_NAME, "x")], [(CSRF_FIELD, "0" * 64), (ROOT_NAME, "x")],
+                 [(CSRF_FIELD, other_csrf), (ROOT_NAME, "x")]):
+        page = await fetch(web, path, method="POST", data=data)
+        assert page.status == 403
+        assert_page_headers(page)
+        assert "could not be verified" in page.text
+    assert (await state(web, request["id"]))["status"] == "pending"
+    assert (await post(web, path, [(ROOT_NAME, "x")])).status == 200
+
+
+async def test_an_oversized_post_is_413(tmp_path: Path) -> None:
+    settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}", server={"max_body_bytes": 2048})
+    async with running_app(settings, connector_classes=[WebFormsConnector]) as api:
+        request = await ask(api, {"type": "string"})
+        path = await mint(api, request["id"])
+        csrf = csrf_of((await fetch(api, path)).html)
+        page = await fetch(api, path, method="POST", data=[(CSRF_FIELD, csrf), (ROOT_NAME, "x" * 5000)])
+        assert page.status == 413
+        assert_page_headers(page)
+        assert "too large" in page.text
+
+        async def chunks() -> AsyncIterator[bytes]:
+            # No Content-Length: the limit must hold while reading too.
+            yield f"{CSRF_FIELD}={csrf}&{ROOT_NAME}=".encode()
+            for _ in range(10):
+                yield b"y" * 1000
+
+        page = await fetch(api, path, method="POST", data=chunks(),
+                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert page.status == 413
+        assert (await state(api, request["id"]))["status"] == "pending"
+        assert (await post(api, path, [(ROOT_NAME, "small")], csrf=csrf)).status == 200
+
+
+# --------------------------------------------------------------------------- sensitive requests
+
+
+async def test_a_sensitive_value_is_masked_never_echoed_and_never_logged(
+        web: Api, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret_bad, secret = "98765X", "424242"
+    request = await ask(web, {"type": "string", "pattern": "^[0-9]{6}$"}, sensitive=True,
+                        message_for_user="Enter the code")
+    path = await mint(web, request["id"])
+    page = await fetch(web, path)
+    control = one(page.html, "input", name=ROOT_NAME)
+    assert control.get("type") == "password" and control.get("autocomplete") == "off"
+    invalid = await post(web, path, [(ROOT_NAME, secret_bad)], csrf=csrf_of(page.html))
+    assert invalid.status == 422
+    assert secret_bad not in invalid.html
+    assert one(invalid.html, "input", name=ROOT_NAME).get("value") is None
+    done = await post(web, path, [(ROOT_NAME, secret)], csrf=csrf_of(page.html))
+    assert done.status == 200 and secret not in done.html
+    result = await web.wait(request["id"])
+    assert result["response"] == secret
+    assert secret not in json.dumps(await journal(web, request["id"]))
+    for record in caplog.records:
+        rendered = record.getMessage() + json.dumps(vars(record), default=str)
+        assert secret not in rendered and secret_bad not in rendered
+
+
+# --------------------------------------------------------------------------- the connector
+
+
+async def test_the_web_channel_posts_nowhere(web: Api) -> None:
+    connector = web.app[CONNECTORS]["web"]
+    assert isinstance(connector, WebFormsConnector)
+    assert connector.targets("acme") == []
+    request = await ask(web, channels=["web"])
+    view = await web.app[SERVICE].get(tenant_id="acme", request_id=request["id"])
+    with pytest.raises(ConnectorError) as raised:
+        await connector.deliver(view, target="anything")
+    assert raised.value.permanent and "no targets" in raised.value.message
+    assert await connector.withdraw(view, target="anything", ref={}) is None
+    assert (await state(web, request["id"]))["deliveries"] == []
+
+
+def test_the_web_section_has_no_keys_and_typos_are_reported(tmp_path: Path) -> None:
+    settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}", web={"enabled": True})
+    assert WebFormsConnector.load_settings(settings) is not None
+    with pytest.raises(ConfigError, match=r"web\.colour: unknown key"):
+        WebFormsConnector.load_settings(web_settings(f"sqlite:///{tmp_path / 'h.db'}", web={"colour": "blue"}))
