@@ -11,6 +11,7 @@ from core.events import EventBus
 from core.store import Store
 
 if TYPE_CHECKING:
+    from core.annotations import AnnotationService
     from core.connectors import Connector
     from core.dispatch import Dispatcher
     from core.http.auth import Keyring
@@ -20,6 +21,7 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
 BUS = web.AppKey("bus", EventBus)
 SERVICE: web.AppKey[RequestService] = web.AppKey("service")
+ANNOTATIONS: web.AppKey[AnnotationService] = web.AppKey("annotations")
 KEYRING: web.AppKey[Keyring] = web.AppKey("keyring")
 CONNECTORS: web.AppKey[dict[str, Connector]] = web.AppKey("connectors")
 DISPATCHER: web.AppKey[Dispatcher] = web.AppKey("dispatcher")

@@ -37,6 +37,7 @@ def _op(summary: str, *, scopes: list[str] | None, ok: dict[str, Any], errors: t
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN = {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}}
 _CREATE = {"$ref": "#/components/schemas/CreateRequest"}
+_ANNOTATION = {"$ref": "#/components/schemas/Annotation"}
 
 PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("Liveness and store check", scopes=None,
@@ -82,6 +83,39 @@ PATHS: dict[str, dict[str, Any]] = {
                 {"name": "types", "in": "query", "schema": {"type": "string"}}],
         ok={"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
         errors=(400, 401, 403))},
+    "/v1/capabilities": {"get": _op(
+        "Capabilities: host.feedback (RFC 0056 §A)", scopes=None,
+        ok={"200": _json({"type": "object", "properties": {"host": {"type": "object", "properties": {
+            "feedback": {"$ref": "#/components/schemas/FeedbackCapability"}}}}}, "Capabilities")})},
+    "/.well-known/openwop": {"get": _op(
+        "OpenWOP discovery: capability families at the document root (RFC 0073)", scopes=None,
+        ok={"200": _json({"type": "object", "properties": {
+            "feedback": {"$ref": "#/components/schemas/FeedbackCapability"}}}, "Discovery document")})},
+    "/v1/runs/{runId}/annotations": {
+        "post": _op("Record an annotation on a run (RFC 0056); accepted on any run, finished or not",
+                    scopes=["annotate"], params=[_RUN], body={"$ref": "#/components/schemas/AnnotationInput"},
+                    ok={"201": _json(_ANNOTATION, "The persisted Annotation")},
+                    errors=(400, 401, 403, 409, 413, 422, 501)),
+        "get": _op("This tenant's annotations of a run, oldest first", scopes=["read", "annotate"],
+                   params=[_RUN, {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                           {"name": "limit", "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}}],
+                   ok={"200": _json({"type": "object", "required": ["annotations", "next_cursor"], "properties": {
+                       "annotations": {"type": "array", "items": _ANNOTATION},
+                       "next_cursor": {"type": ["string", "null"]}}}, "A page of annotations")},
+                   errors=(400, 401, 403, 422, 501)),
+    },
+    "/v1/feedback/summary": {"get": _op(
+        "Feedback summary over a run or a time window (current annotations; rates per annotated run)",
+        scopes=["read", "annotate"],
+        params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
+                {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+                {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}}],
+        ok={"200": _json({"type": "object"}, "Counts per signal, mean rating, correction and flag rates")},
+        errors=(400, 401, 403, 422, 501))},
+    "/v1/runs/{runId}/bundle": {"get": _op(
+        "Debug bundle of a run: annotations, requests and journal entries, redacted", scopes=["read"],
+        params=[_RUN], ok={"200": _json({"type": "object"}, "The bundle")}, errors=(401, 403, 422))},
 }
 
 COMPONENTS: dict[str, Any] = {
@@ -101,6 +135,55 @@ COMPONENTS: dict[str, Any] = {
                 "sensitive": {"type": "boolean"},
                 "run_id": {"type": "string"},
                 "channels": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "FeedbackCapability": {
+            "type": "object", "required": ["supported"], "additionalProperties": False,
+            "properties": {
+                "supported": {"type": "boolean"},
+                "targets": {"type": "array", "items": {"type": "string", "enum": ["run", "event", "node"]}},
+                "signals": {"type": "array",
+                            "items": {"type": "string", "enum": ["rating", "correction", "label", "flag"]}},
+            },
+        },
+        "AnnotationTarget": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"runId": {"type": "string"}, "eventId": {"type": "string"}, "nodeId": {"type": "string"}},
+        },
+        "AnnotationSignal": {
+            "type": "object", "required": ["kind"], "additionalProperties": False,
+            "description": "rating iff kind=rating, label iff kind=label, correction iff kind=correction",
+            "properties": {
+                "kind": {"type": "string", "enum": ["rating", "correction", "label", "flag"]},
+                "rating": {"type": "integer", "minimum": 1, "maximum": 5},
+                "label": {"type": "string", "minLength": 1, "maxLength": 500},
+                "correction": {"type": "string", "maxLength": 10000},
+            },
+        },
+        "AnnotationInput": {
+            "type": "object", "required": ["signal"], "additionalProperties": False,
+            "description": "An Annotation without annotationId, actor and createdAt (the server assigns them); "
+                           "target.runId defaults to the path and must match it",
+            "properties": {
+                "target": {"$ref": "#/components/schemas/AnnotationTarget"},
+                "signal": {"$ref": "#/components/schemas/AnnotationSignal"},
+                "note": {"type": "string", "maxLength": 10000},
+                "supersedes": {"type": "string", "description": "An earlier annotation of the same run, "
+                                                                "recorded by the same actor, that this one replaces"},
+            },
+        },
+        "Annotation": {
+            "type": "object", "required": ["annotationId", "target", "signal", "actor", "createdAt"],
+            "additionalProperties": False,
+            "properties": {
+                "annotationId": {"type": "string"},
+                "target": {"allOf": [{"$ref": "#/components/schemas/AnnotationTarget"}], "required": ["runId"]},
+                "signal": {"$ref": "#/components/schemas/AnnotationSignal"},
+                "actor": {"type": "object", "required": ["principalRef"],
+                          "properties": {"principalRef": {"type": "string"}}},
+                "note": {"type": "string"},
+                "createdAt": {"type": "string", "format": "date-time"},
+                "supersedes": {"type": "string"},
             },
         },
         "Request": {

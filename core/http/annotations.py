@@ -1,0 +1,110 @@
+"""RFC 0056 over HTTP: capabilities, OpenWOP discovery, run annotations, the feedback summary, the run bundle.
+
+The annotation endpoints are capability-gated: with ``[feedback] enabled = false`` they answer
+501 ``capability_not_provided`` to every caller, before authentication, as the RFC asks of a host
+that does not advertise ``host.feedback``; nothing about a tenant is revealed by that answer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from core.annotations import AnnotationService, parse_time
+from core.appkeys import ANNOTATIONS, KEYRING, SETTINGS
+from core.errors import BadRequestError
+from core.http.auth import Principal
+from core.http.middleware import read_json
+
+log = logging.getLogger(__name__)
+routes = web.RouteTableDef()
+
+# OpenWOP protocol version whose discovery document layout (RFC 0073) this host serves.
+OPENWOP_PROTOCOL_VERSION = "1.0"
+
+
+async def _principal(request: web.Request, *scopes: str) -> Principal:
+    principal = await request.app[KEYRING].authenticate(request)
+    principal.require(*scopes)
+    return principal
+
+
+def _service(request: web.Request) -> AnnotationService:
+    return request.app[ANNOTATIONS]
+
+
+def _gated(request: web.Request) -> AnnotationService:
+    service = _service(request)
+    service.require_enabled()
+    return service
+
+
+@routes.get("/v1/capabilities")
+async def capabilities(request: web.Request) -> web.Response:
+    return web.json_response({"host": {"feedback": _service(request).capability()}})
+
+
+@routes.get("/.well-known/openwop")
+async def openwop_discovery(request: web.Request) -> web.Response:
+    """OpenWOP discovery: capability families at the document root (RFC 0073), plus ``host.feedback`` (RFC 0056 §A)."""
+    feedback = _service(request).capability()
+    return web.json_response({
+        "protocolVersion": OPENWOP_PROTOCOL_VERSION,
+        # Handraise runs no workflows: it speaks no envelopes and sets no envelope limits.
+        "supportedEnvelopes": [],
+        "schemaVersions": {},
+        "limits": {"clarificationRounds": 0, "schemaRounds": 0, "envelopesPerTurn": 0,
+                   "maxRequestBodyBytes": request.app[SETTINGS].server.max_body_bytes},
+        "feedback": feedback,
+        "host": {"feedback": feedback},
+    })
+
+
+@routes.post("/v1/runs/{runId}/annotations")
+async def record_annotation(request: web.Request) -> web.Response:
+    service = _gated(request)
+    principal = await _principal(request, "annotate")
+    body = service.parse(await read_json(request))
+    annotation = await service.record(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
+                                      principal=principal.name, body=body, via="api")
+    return web.json_response(annotation, status=201)
+
+
+@routes.get("/v1/runs/{runId}/annotations")
+async def list_annotations(request: web.Request) -> web.Response:
+    service = _gated(request)
+    principal = await _principal(request, "read", "annotate")
+    page = await service.list(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
+                              cursor=request.query.get("cursor") or None, limit=_limit(request))
+    return web.json_response(page.to_json())
+
+
+@routes.get("/v1/feedback/summary")
+async def feedback_summary(request: web.Request) -> web.Response:
+    service = _gated(request)
+    principal = await _principal(request, "read", "annotate")
+    query = request.query
+    since = parse_time(query["since"], name="since") if query.get("since") else None
+    until = parse_time(query["until"], name="until") if query.get("until") else None
+    summary = await service.summary(tenant_id=principal.tenant_id, run_id=query.get("run_id") or None,
+                                    since=since, until=until)
+    return web.json_response(summary)
+
+
+@routes.get("/v1/runs/{runId}/bundle")
+async def run_bundle(request: web.Request) -> web.Response:
+    # Not gated: a run's requests and journal export whether or not feedback is on.
+    principal = await _principal(request, "read")
+    bundle = await _service(request).bundle(tenant_id=principal.tenant_id, run_id=request.match_info["runId"])
+    return web.json_response(bundle, headers={"Cache-Control": "no-store"})
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return 100
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequestError("limit must be an integer") from None
