@@ -101,9 +101,10 @@ def text_value(value: str, kind: str = "plain_text_input") -> dict[str, Any]:
     return {"value": {"type": kind, "value": value}}
 
 
-def option_value(index: int, kind: str = "radio_buttons") -> dict[str, Any]:
+def option_value(value: int | str, kind: str = "radio_buttons") -> dict[str, Any]:
+    """A chosen option: choices are numbered from 0; a yes/no field's options are "true" and "false"."""
     return {"value": {"type": kind, "selected_option": {"text": {"type": "plain_text", "text": "x"},
-                                                        "value": str(index)}}}
+                                                        "value": str(value)}}}
 
 
 def options_value(indexes: list[int], kind: str = "checkboxes") -> dict[str, Any]:

@@ -157,3 +157,443 @@ async def test_a_token_answers_only_its_own_request(sqlite_url: str, fake: FakeS
         assert ephemerals_for(fake, ALICE) == ["This button is no longer valid."]
         _, still = await api.call("GET", f"/v1/requests/{second['id']}")
         assert still["status"] == "pending"
+
+
+# -- the modal -----------------------------------------------------------------------
+
+CITIES = ["Oslo", "Lima", "Pune", "Kyiv", "Baku", "Doha", "Riga", "Suva"]
+FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Your name", "maxLength": 40},
+        "notes": {"type": "string", "maxLength": 500},
+        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+        "ratio": {"type": "number"},
+        "agree": {"type": "boolean"},
+        "size": {"type": "string", "enum": ["S", "M", "L"]},
+        "city": {"type": "string", "enum": CITIES},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "green", "blue"]}, "uniqueItems": True},
+        "day": {"type": "string", "format": "date"},
+        "trip": {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2, "maxItems": 2},
+        "at": {"type": "string", "format": "time"},
+        "when": {"type": "string", "format": "date-time"},
+        "email": {"type": "string", "format": "email"},
+        "site": {"type": "string", "format": "uri"},
+    },
+    "required": ["name", "count", "trip"],
+}
+
+
+async def open_modal(api: Any, fake: FakeSlack, message: dict[str, Any], *, user: str = ALICE) -> dict[str, Any]:
+    before = len(fake.calls_of("views.open"))
+    assert (await post_signed(api, tap(fake, message, "Answer here", user=user)))[0] == 200
+    calls = await wait_for_count(fake, "views.open", before + 1)
+    assert calls[-1].ok, calls[-1].response
+    return calls[-1].response["view"]
+
+
+async def test_modal_from_the_schema_errors_on_their_blocks_then_success(
+    sqlite_url: str, fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("m1", schema=FORM, message_for_user="Book the trip"))
+        message = await posted_message(fake, req)
+        assert list(buttons(message)) == ["Answer here", "Open form"]
+        view = await open_modal(api, fake, message)
+        assert view["callback_id"] == "hr_modal"
+        assert view["private_metadata"] == buttons(message)["Answer here"]["value"]
+        assert req["id"] not in str(view)
+        inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
+        kinds = {bid: b["element"]["type"] for bid, b in inputs.items()}
+        assert kinds == {
+            "name": "plain_text_input", "notes": "plain_text_input", "count": "number_input",
+            "ratio": "number_input", "agree": "radio_buttons", "size": "radio_buttons", "city": "static_select",
+            "tags": "checkboxes", "day": "datepicker", "trip": "datepicker", "trip:end": "datepicker",
+            "at": "timepicker", "when": "datetimepicker", "email": "email_text_input", "site": "url_text_input",
+        }
+        assert inputs["name"]["label"]["text"] == "Your name" and inputs["name"]["optional"] is False
+        assert inputs["name"]["element"]["max_length"] == 40 and inputs["name"]["element"]["multiline"] is False
+        assert inputs["notes"]["element"]["multiline"] is True and inputs["notes"]["optional"] is True
+        assert inputs["count"]["element"] | {} == {"type": "number_input", "action_id": "value",
+                                                  "is_decimal_allowed": False, "min_value": "1", "max_value": "10"}
+        assert inputs["ratio"]["element"]["is_decimal_allowed"] is True
+        assert [o["text"]["text"] for o in inputs["city"]["element"]["options"]] == CITIES
+
+        bad = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={
+            "count": text_value("42", "number_input"),
+            "email": text_value("not-an-email", "email_text_input"),
+            "trip": date_value("2026-05-10"), "trip:end": date_value("2026-05-01"),
+        })
+        status, body = await post_signed(api, bad)
+        assert status == 200
+        assert body == {"response_action": "errors", "errors": {
+            "name": "is required",
+            "count": "must be at most 10",
+            "trip": "the start date must not be after the end date",
+            "email": "is not a valid email address",
+        }}
+        _, pending = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert pending["status"] == "pending"
+
+        when = int(dt.datetime(2026, 1, 2, 14, 30, tzinfo=dt.UTC).timestamp())
+        good = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={
+            "name": text_value("  Zanzibar-Q7  "),
+            "notes": text_value("line one\nline two"),
+            "count": text_value("3", "number_input"),
+            "ratio": text_value("2.5", "number_input"),
+            "agree": option_value("true"),
+            "size": option_value(2),
+            "city": option_value(6, "static_select"),
+            "tags": options_value([0, 2]),
+            "day": date_value("2026-04-01"),
+            "trip": date_value("2026-05-01"), "trip:end": date_value("2026-05-10"),
+            "at": time_value("09:15"),
+            "when": datetime_value(when),
+            "email": text_value("ops@example.com", "email_text_input"),
+            "site": text_value("https://example.com/run/7", "url_text_input"),
+        })
+        assert await post_signed(api, good) == (200, "")
+        done = await api.wait(req["id"])
+        assert done["response"] == {
+            "name": "Zanzibar-Q7", "notes": "line one\nline two", "count": 3, "ratio": 2.5, "agree": True,
+            "size": "L", "city": "Riga", "tags": ["red", "blue"], "day": "2026-04-01",
+            "trip": ["2026-05-01", "2026-05-10"], "at": "09:15", "when": "2026-01-02T14:30:00Z",
+            "email": "ops@example.com", "site": "https://example.com/run/7",
+        }
+        assert done["answered_by"] == f"slack:{TEAM}/{ALICE}"
+        await fake.wait_for_call("chat.update")
+        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Answered by <@{ALICE}>"
+        # The invalid attempt is journaled with its messages, never its values.
+        events = [e["event"] for e in await journal(api, req["id"])]
+        assert events.count("invalid_attempt") == 1 and events.count("answered") == 1
+
+        # A second submission of the same modal is too late, and says so in the modal.
+        status, body = await post_signed(api, good)
+        assert status == 200 and body["response_action"] == "update"
+        assert "already answered" in body["view"]["blocks"][0]["text"]["text"]
+    assert "Zanzibar-Q7" not in caplog.text and "not-an-email" not in caplog.text
+
+
+async def test_approval_modal_takes_a_reason(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("m2", kind="approval"))
+        message = await posted_message(fake, req)
+        view = await open_modal(api, fake, message, user=BOB)
+        inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
+        decision = inputs["decision"]["element"]
+        assert decision["type"] == "radio_buttons"
+        assert [o["text"]["text"] for o in decision["options"]] == ["Approve", "Reject"]
+        assert inputs["reason"]["element"]["multiline"] is True and inputs["reason"]["optional"] is True
+
+        missing = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={"reason": text_value("why")})
+        assert (await post_signed(api, missing))[1] == {"response_action": "errors",
+                                                        "errors": {"decision": "is required"}}
+        good = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={
+            "decision": option_value(0), "reason": text_value("tests are green")})
+        assert await post_signed(api, good) == (200, "")
+        done = await api.wait(req["id"])
+        assert done["response"] == {"decision": "approve", "reason": "tests are green"}
+        await fake.wait_for_call("chat.update")
+        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Approved by <@{BOB}>"
+
+
+async def test_free_text_modal(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("m3", message_for_user="What should the release be called?"))
+        message = await posted_message(fake, req)
+        view = await open_modal(api, fake, message)
+        [block] = [b for b in view["blocks"] if b["type"] == "input"]
+        assert block["block_id"] == "answer" and block["element"]["multiline"] is True
+        empty = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={})
+        assert (await post_signed(api, empty))[1] == {"response_action": "errors",
+                                                      "errors": {"answer": "must not be empty"}}
+        good = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={"answer": text_value("Aurora")})
+        assert await post_signed(api, good) == (200, "")
+        assert (await api.wait(req["id"]))["response"] == "Aurora"
+
+
+# -- who may answer, and when -----------------------------------------------------------
+
+
+async def test_bad_or_stale_signatures_are_refused_before_parsing(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("s1", schema={"type": "boolean"}))
+        message = await posted_message(fake, req)
+        payload = tap(fake, message, "Yes", user=ALICE)
+        calls_before = len(fake.calls)
+
+        assert (await post_signed(api, payload, signing_secret="not-the-secret"))[0] == 401
+        stale = int(time.time()) - 6 * 60
+        assert (await post_signed(api, payload, timestamp=stale))[0] == 401
+        future = int(time.time()) + 6 * 60
+        assert (await post_signed(api, payload, timestamp=future))[0] == 401
+        url = api.url("/bots/slack/events")
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        async with api.session.post(url, data=form_body(payload), headers=form) as resp:
+            assert resp.status == 401
+        # Not even a malformed body or timestamp gets past the check to a parser.
+        garbage = {**form, "X-Slack-Request-Timestamp": "soon", "X-Slack-Signature": "v0=00"}
+        async with api.session.post(url, data=b"payload=%7Bnot json", headers=garbage) as resp:
+            assert resp.status == 401
+        # Bolt never ran: it would have called auth.test on its first request.
+        assert len(fake.calls) == calls_before and not fake.calls_of("auth.test")
+        _, still = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert still["status"] == "pending"
+
+        # The positive control: the same click, signed now, answers.
+        assert (await post_signed(api, payload))[0] == 200
+        assert (await api.wait(req["id"]))["response"] is True
+
+
+async def test_a_stranger_is_told_not_authorized_and_nothing_changes(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("x1", kind="approval"))
+        message = await posted_message(fake, req)
+        # MALLORY is nobody's; CAROL answers for globex, not acme.
+        for user, label in ((MALLORY, "Approve"), (CAROL, "Approve"), (MALLORY, "Answer here"),
+                            (MALLORY, "Open form")):
+            assert (await post_signed(api, tap(fake, message, label, user=user)))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 4)
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."] * 3
+        assert ephemerals_for(fake, CAROL) == ["You are not authorized to answer this request."]
+        assert not fake.calls_of("views.open")
+        _, still = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert still["status"] == "pending"
+        refused = [e for e in await journal(api, req["id"]) if e["event"] == "answer_refused"]
+        assert len(refused) == 4 and refused[0]["principal"] == f"slack:{TEAM}/{MALLORY}"
+        assert not [e for e in await journal(api, req["id"]) if e["event"] == "link_minted"]
+
+
+async def test_taps_on_resolved_requests_say_answered_or_expired(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        answered = await api.create(request_body("r1", schema={"type": "boolean"}))
+        message = await posted_message(fake, answered)
+        assert (await api.submit("r1", False))[0] == 200
+        await fake.wait_for_call("chat.update")
+        assert fake.message(message["channel"], message["ts"])["text"] == "✅ Answered via the API: *No*"
+        assert (await post_signed(api, tap(fake, message, "Yes", user=ALICE)))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 1)
+        assert ephemerals_for(fake, ALICE) == ["This request was already answered."]
+
+        expiring = await api.create(request_body("r2", schema={"type": "boolean"}, timeout_seconds=1))
+        await wait_for_count(fake, "chat.postMessage", 2)
+        posted = fake.calls_of("chat.postMessage")[1].response
+        second = fake.message(posted["channel"], posted["ts"]) | {"channel": posted["channel"]}
+        assert (await api.wait(expiring["id"]))["status"] == "expired"
+        # Withdraw: the expired message loses its buttons.
+        await fake.wait_for_call("chat.update", lambda c: c["ts"] == posted["ts"])
+        after = fake.message(posted["channel"], posted["ts"])
+        assert after["text"].startswith("⌛ Expired") and buttons(after) == {}
+        assert (await post_signed(api, tap(fake, second, "No", user=BOB)))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 2)
+        assert ephemerals_for(fake, BOB) == ["This request has expired."]
+        _, final = await api.call("GET", f"/v1/requests/{expiring['id']}")
+        assert final["status"] == "expired"
+
+
+async def test_cancel_withdraws_the_buttons(storage_url: str, fake: FakeSlack) -> None:
+    async with slack_app(storage_url, fake) as api:
+        req = await api.create(request_body("c1", kind="approval"))
+        message = await posted_message(fake, req)
+        status, _ = await api.call("POST", f"/v1/requests/{req['id']}/cancel")
+        assert status == 200
+        update = await fake.wait_for_call("chat.update")
+        assert update["channel"] == ACME_CHANNEL and update["ts"] == message["ts"]
+        after = fake.message(message["channel"], message["ts"])
+        assert after["text"] == "🚫 Cancelled." and buttons(after) == {}
+        assert "Deploy build 42" in after["blocks"][0]["text"]["text"]
+
+
+async def test_racing_taps_and_a_form_submission_have_one_winner(storage_url: str, fake: FakeSlack) -> None:
+    async with slack_app(storage_url, fake) as api:
+        req = await api.create(request_body("race", kind="approval"))
+        message = await posted_message(fake, req)
+        status, link = await api.call("POST", f"/v1/requests/{req['id']}/links", key=OPERATOR_KEY)
+        assert status == 201
+        token = link["url"].rsplit("/", 1)[1]
+        taps = [tap(fake, message, label, user=user)
+                for user, label in ((ALICE, "Approve"), (BOB, "Reject"), (ALICE, "Reject"), (BOB, "Approve"))]
+
+        async def form() -> str:
+            try:
+                await api.app[SERVICE].submit_link(token=token, response={"decision": "reject"})
+                return "won"
+            except Exception as e:  # the loser's 409/410, whichever it is
+                return type(e).__name__
+
+        results = await asyncio.gather(form(), *(post_signed(api, t) for t in taps))
+        assert all(r[0] == 200 for r in results[1:])
+        done = await api.wait(req["id"])
+        assert done["status"] == "answered"
+        form_won = results[0] == "won"
+        assert form_won == done["answered_by"].startswith("link:")
+        losing_taps = len(taps) - (0 if form_won else 1)
+        await wait_for_count(fake, "chat.postEphemeral", losing_taps)
+        await api.app[DISPATCHER].idle()
+        assert len(fake.calls_of("chat.postEphemeral")) == losing_taps
+        assert all(e["text"] == "This request was already answered." for e in fake.ephemeral_messages)
+        events = [e["event"] for e in await journal(api, req["id"])]
+        assert events.count("answered") == 1
+        assert len(fake.calls_of("chat.update")) == 1
+
+
+# -- sensitive requests --------------------------------------------------------------------
+
+
+async def test_sensitive_request_shows_only_open_form_and_takes_no_modal_or_reply(
+    sqlite_url: str, fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with slack_app(sqlite_url, fake) as api:
+        service = api.app[SERVICE]
+        req = await api.create(request_body("otp", message_for_user="Enter the code sent to +49 555 0100",
+                                            schema={"type": "string", "pattern": "^[0-9]{6}$"}, sensitive=True))
+        message = await posted_message(fake, req)
+        assert "+49 555" not in str(message) and "Enter the code" not in str(message)
+        assert "private answer" in message["text"]
+        assert list(buttons(message)) == ["Open form"]
+
+        assert (await post_signed(api, tap(fake, message, "Open form", user=ALICE)))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 1)
+        [sent] = fake.ephemeral_messages
+        assert sent["user"] == ALICE and sent["channel"] == ACME_CHANNEL
+        link_button = sent["blocks"][0]["accessory"]
+        assert link_button["url"].startswith("http://127.0.0.1:8080/f/")
+        minted = [e for e in await journal(api, req["id"]) if e["event"] == "link_minted"]
+        assert minted[0]["data"]["recipient"] == f"slack:{TEAM}/{ALICE}"
+
+        # Even a modal or answer token for it (none is ever minted; here we mint them) is refused.
+        modal_token, answer_token = await service.create_chat_actions(
+            tenant_id="acme", request_id=req["id"], channel="slack", values=[{"modal": True}, {"answer": "123456"}])
+        forged = fake.make_view_submission(user_id=ALICE, callback_id="hr_modal", private_metadata=modal_token,
+                                           values={"answer": text_value("123456")})
+        status, body = await post_signed(api, forged)
+        assert status == 200 and body["response_action"] == "update"
+        assert (await post_signed(api, fake.make_block_action(
+            user_id=ALICE, action_id="hr_0", value=answer_token, channel=ACME_CHANNEL,
+            message_ts=message["ts"])))[0] == 200
+        assert (await post_signed(api, fake.make_block_action(
+            user_id=ALICE, action_id="hr_0", value=modal_token, channel=ACME_CHANNEL,
+            message_ts=message["ts"])))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 3)
+        assert not fake.calls_of("views.open")
+
+        # A thread reply is refused and never read.
+        await api.app[DISPATCHER].idle()
+        reply = {"type": "message", "channel": ACME_CHANNEL, "user": ALICE, "text": "123456", "team": TEAM,
+                 "ts": f"{time.time():.6f}", "thread_ts": message["ts"]}
+        assert (await post_event(api, reply, team_id=TEAM))[0] == 200
+        calls = await wait_for_count(fake, "chat.postEphemeral", 4)
+        assert calls[-1]["thread_ts"] == message["ts"] and "not accepted" in calls[-1]["text"]
+        _, still = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert still["status"] == "pending"
+        entries = await journal(api, req["id"])
+        assert [e["data"]["reason"] for e in entries if e["event"] == "answer_refused"] == [
+            "chat_reply_to_form_only_request"]
+        assert "123456" not in str(entries)
+
+        # The form is the way in; the message then says so without the value.
+        token = link_button["url"].rsplit("/", 1)[1]
+        await service.submit_link(token=token, response="123456")
+        done = await api.wait(req["id"])
+        assert done["answered_by"].startswith("link:") and done["response"] == "123456"
+        await fake.wait_for_call("chat.update")
+        after = fake.message(message["channel"], message["ts"])
+        assert after["text"] == "✅ Answered via the web form" and "123456" not in str(after)
+    assert "123456" not in caplog.text
+
+
+async def test_masked_field_in_a_plain_request_is_form_only(sqlite_url: str, fake: FakeSlack) -> None:
+    schema = {"type": "object", "properties": {"user": {"type": "string"},
+                                               "password": {"type": "string", "format": "password"}}}
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("pw", schema=schema, message_for_user="Log in to the staging box"))
+        message = await posted_message(fake, req)
+        assert "Log in to the staging box" in message["blocks"][0]["text"]["text"]
+        assert list(buttons(message)) == ["Open form"]
+
+
+# -- thread replies --------------------------------------------------------------------------
+
+
+def reply_event(message: dict[str, Any], text: str, *, user: str = ALICE, thread: bool = True) -> dict[str, Any]:
+    event = {"type": "message", "channel": message["channel"], "user": user, "text": text, "team": TEAM,
+             "ts": f"{time.time():.6f}"}
+    if thread:
+        event["thread_ts"] = message["ts"]
+    return event
+
+
+async def test_thread_replies_answer_as_typed_text(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("tr1", schema={"type": "integer", "minimum": 1, "maximum": 10},
+                                            message_for_user="How many replicas?"))
+        message = await posted_message(fake, req)
+        # Replies are matched through the remembered message, stored right after the post.
+        await api.app[DISPATCHER].idle()
+        assert (await post_event(api, reply_event(message, "11"), team_id=TEAM))[0] == 200
+        calls = await wait_for_count(fake, "chat.postEphemeral", 1)
+        assert calls[0]["user"] == ALICE and calls[0]["thread_ts"] == message["ts"]
+        assert calls[0]["text"] == "That answer was not accepted: the answer is not valid: must be at most 10"
+        assert (await post_event(api, reply_event(message, "7", user=MALLORY), team_id=TEAM))[0] == 200
+        await wait_for_count(fake, "chat.postEphemeral", 2)
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."]
+        # A message outside the thread is not an answer.
+        assert (await post_event(api, reply_event(message, "3", thread=False), team_id=TEAM))[0] == 200
+        assert (await post_event(api, reply_event(message, " 7 "), team_id=TEAM))[0] == 200
+        done = await api.wait(req["id"])
+        assert done["response"] == 7 and done["answered_by"] == f"slack:{TEAM}/{ALICE}"
+
+        email = await api.create(request_body("tr2", schema={"type": "string", "format": "email"}))
+        await wait_for_count(fake, "chat.postMessage", 2)
+        posted = fake.calls_of("chat.postMessage")[1].response
+        second = {"channel": posted["channel"], "ts": posted["ts"]}
+        await api.app[DISPATCHER].idle()
+        # Slack turns a typed address into a mailto link; the answer is what was typed.
+        linked = reply_event(second, "<mailto:ops@example.com|ops@example.com>", user=BOB)
+        assert (await post_event(api, linked, team_id=TEAM))[0] == 200
+        assert (await api.wait(email["id"]))["response"] == "ops@example.com"
+
+
+# -- acknowledgement, rate limits, failures ----------------------------------------------------------
+
+
+async def test_interactions_are_acknowledged_before_the_slow_work(sqlite_url: str) -> None:
+    async with HoldingFakeSlack() as fake, slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("ack", kind="approval"))
+        message = await posted_message(fake, req)
+        fake.hold("views.open")
+        # The click is answered while views.open is still held at the fake.
+        status, body = await asyncio.wait_for(post_signed(api, tap(fake, message, "Answer here", user=ALICE)), 3)
+        assert (status, body) == (200, "")
+        await asyncio.wait_for(fake.held["views.open"].wait(), 5)
+        assert not fake.calls_of("views.open")
+        fake.release("views.open")
+        assert (await fake.wait_for_call("views.open")).ok
+
+
+async def test_rate_limits_and_permanent_errors_go_through_the_dispatcher(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        fake.fail_next("chat.postMessage", status=429, retry_after=1)
+        started = time.monotonic()
+        req = await api.create(request_body("rl", schema={"type": "boolean"}))
+        await wait_for_count(fake, "chat.postMessage", 2)
+        assert time.monotonic() - started >= 0.9
+        first, second = fake.calls_of("chat.postMessage")
+        assert first.status == 429 and second.ok
+        await api.app[DISPATCHER].idle()
+        entries = await journal(api, req["id"])
+        failed = [e for e in entries if e["event"] == "delivery_failed"]
+        assert failed[0]["data"]["error"] == "slack chat.postMessage: rate limited"
+        assert failed[0]["data"]["final"] is False
+        assert [e["event"] for e in entries].count("delivered") == 1
+
+        fake.fail_next("chat.postMessage", error="channel_not_found")
+        broken = await api.create(request_body("rl2", schema={"type": "boolean"}))
+        await wait_for_count(fake, "chat.postMessage", 3)
+        await api.app[DISPATCHER].idle()
+        _, seen = await api.call("GET", f"/v1/requests/{broken['id']}")
+        assert [(d["status"], d["attempts"]) for d in seen["deliveries"]] == [("failed", 1)]
+        assert seen["deliveries"][0]["last_error"] == "slack chat.postMessage: channel_not_found"
+        assert len(fake.calls_of("chat.postMessage")) == 3
