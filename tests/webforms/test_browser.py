@@ -1,0 +1,304 @@
+"""End-to-end: Debian's Chromium (headless, via Playwright) fills the hosted form; the agent's wait gets the answer.
+
+Runs on the session event loop with the session-wide browser (see tests/harness/browser.py).
+Screenshots at phone and desktop widths land in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession
+
+from conftest import AGENT_KEY, OPERATOR_KEY, base_config, settings_from
+from core.app import create_app
+from harness.browser import screenshot, serve_app
+from harness.fixtures import browser, page  # noqa: F401  (registers the fixtures)
+from webforms.connector import WebFormsConnector
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PUBLIC_URL = "http://127.0.0.1:8080"
+
+EVERY_FIELD = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40, "title": "Your name", "description": "As on your badge"},
+        "notes": {"type": "string", "maxLength": 1000, "title": "Notes"},
+        "count": {"type": "integer", "minimum": 0, "maximum": 100, "title": "Guests"},
+        "price": {"type": "number", "minimum": 0, "title": "Budget"},
+        "agree": {"type": "boolean", "title": "Send me a copy"},
+        "sure": {"type": "boolean", "title": "Are you sure?"},
+        "size": {"type": "string", "enum": ["S", "M", "L"], "title": "Size"},
+        "country": {"type": "string", "enum": ["de", "fr", "it", "es", "pt", "nl"], "title": "Country"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["x", "y", "z"]}, "title": "Tags"},
+        "trip": {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2, "maxItems": 2,
+                 "title": "Trip"},
+        "day": {"type": "string", "format": "date", "title": "Day"},
+        "at": {"type": "string", "format": "time", "title": "Time"},
+        "when": {"type": "string", "format": "date-time", "title": "Meeting"},
+        "email": {"type": "string", "format": "email", "title": "Email"},
+        "site": {"type": "string", "format": "uri", "title": "Website"},
+        "pin": {"type": "string", "writeOnly": True, "title": "PIN"},
+    },
+    "required": ["name", "sure", "email"],
+}
+
+
+@dataclass
+class Hosted:
+    """The real app on a loopback port, and an HTTP client for the agent's side of it."""
+
+    base: str
+    http: ClientSession
+    requests_seen: list[str] = field(default_factory=list)
+
+    async def ask(self, schema: dict | None = None, **body: Any) -> dict[str, Any]:
+        payload = {"unique_id": f"b-{secrets.token_hex(6)}", "message_for_user": "Please fill this in.", **body}
+        if schema is not None:
+            payload["schema"] = schema
+        async with self.http.post(f"{self.base}/v1/requests", json=payload,
+                                  headers={"Authorization": f"Bearer {AGENT_KEY}"}) as resp:
+            assert resp.status == 201, await resp.text()
+            return await resp.json()
+
+    async def link(self, request_id: str, recipient: str | None = None) -> str:
+        async with self.http.post(f"{self.base}/v1/requests/{request_id}/links",
+                                  json={"recipient": recipient} if recipient else {},
+                                  headers={"Authorization": f"Bearer {OPERATOR_KEY}"}) as resp:
+            assert resp.status == 201, await resp.text()
+            url = (await resp.json())["url"]
+        assert url.startswith(PUBLIC_URL)
+        return self.base + url[len(PUBLIC_URL):]
+
+    async def wait(self, request_id: str, timeout: float = 10) -> dict[str, Any]:
+        async with self.http.get(f"{self.base}/v1/requests/{request_id}/wait", params={"timeout": str(timeout)},
+                                 headers={"Authorization": f"Bearer {AGENT_KEY}"}) as resp:
+            assert resp.status == 200
+            return await resp.json()
+
+
+@asynccontextmanager
+async def hosted(tmp_path: Path) -> AsyncIterator[Hosted]:
+    config = base_config(f"sqlite:///{tmp_path / 'h.db'}", server={"public_url": PUBLIC_URL})
+    config["tenants"][0]["name"] = "Acme Corp"
+    app = await create_app(settings_from(config), connector_classes=[WebFormsConnector])
+    async with serve_app(app) as base, ClientSession() as http:
+        yield Hosted(base=base, http=http)
+
+
+# Chromium logs every 4xx document as a console error; a 422 or 410 page is expected here.
+_HTTP_STATUS_NOTE = "Failed to load resource: the server responded with a status of 4"
+
+
+def watch(page: Any, hosted_app: Hosted) -> list[str]:
+    """Collect console errors (a CSP violation is one) and remember every URL the page requests."""
+    problems: list[str] = []
+
+    def on_console(msg: Any) -> None:
+        if msg.type == "error" and not msg.text.startswith(_HTTP_STATUS_NOTE):
+            problems.append(msg.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on("request", lambda req: hosted_app.requests_seen.append(req.url))
+    return problems
+
+
+async def submit(page: Any, selector: str = "button[type=submit]") -> int:
+    async with page.expect_navigation() as navigation:
+        await page.click(selector)
+    response = await navigation.value
+    return response.status
+
+
+async def fill_every_field(page: Any, *, email: str, trip: tuple[str, str]) -> None:
+    await page.fill('input[name="name"]', "Ann")
+    await page.fill('textarea[name="notes"]', "line one\nline two")
+    await page.fill('input[name="count"]', "7")
+    await page.fill('input[name="price"]', "2.5")
+    await page.check('input[name="agree"]')
+    await page.check('input[name="sure"][value="false"]')
+    await page.check('input[name="size"][value="L"]')
+    await page.select_option('select[name="country"]', "pt")
+    await page.check('input[name="tags"][value="x"]')
+    await page.check('input[name="tags"][value="z"]')
+    await page.locator('input[name="trip"]').nth(0).fill(trip[0])
+    await page.locator('input[name="trip"]').nth(1).fill(trip[1])
+    await page.fill('input[name="day"]', "2026-01-02")
+    await page.fill('input[name="at"]', "09:15")
+    await page.fill('input[name="when"]', "2026-01-02T14:30")
+    await page.fill('input[name="email"]', email)
+    await page.fill('input[name="site"]', "https://example.com/a?b=c")
+    await page.fill('input[name="pin"]', "0000-9")
+
+
+async def test_every_field_type_invalid_then_valid_and_the_agent_gets_the_typed_answer(
+        browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    # A zone with an offset in January shows that a date-time carries the browser's zone.
+    context = await browser.new_context(timezone_id="Europe/Berlin")
+    try:
+        page = await context.new_page()
+        async with hosted(tmp_path) as app:
+            problems = watch(page, app)
+            request = await app.ask(EVERY_FIELD, message_for_user="Book the team trip.\nAll fields, please.")
+            await page.goto(await app.link(request["id"], recipient="Ann"))
+            assert await page.title() == "Question from Acme Corp · Handraise"
+            assert await page.text_content("[data-tz-hint]") == "Your local time (Europe/Berlin)"
+            await screenshot(page, "webform-every-field")
+
+            # Chromium accepts "ann@localhost" and lets reversed dates through; core's validator does not.
+            await fill_every_field(page, email="ann@localhost", trip=("2026-05-09", "2026-05-01"))
+            assert await submit(page) == 422
+            assert await page.get_attribute('input[name="email"]', "aria-invalid") == "true"
+            email_error = await page.text_content('[data-field="email"] .error')
+            assert email_error == "is not a valid email address"
+            assert await page.text_content('[data-field="trip"] .error') == (
+                "the start date must not be after the end date")
+            assert await page.is_visible("#errors")
+            # What the human typed is still there, except the masked PIN.
+            assert await page.input_value('input[name="name"]') == "Ann"
+            assert await page.input_value('textarea[name="notes"]') == "line one\nline two"
+            assert await page.is_checked('input[name="tags"][value="z"]')
+            assert await page.input_value('select[name="country"]') == "pt"
+            assert await page.input_value('input[name="when"]') == "2026-01-02T14:30"
+            assert await page.input_value('input[name="pin"]') == ""
+            # The first invalid field has the focus.
+            assert await page.evaluate(
+                "document.activeElement === document.querySelector('[aria-invalid=true]')")
+            assert await page.evaluate("document.activeElement.name") in ("email", "trip")
+            await screenshot(page, "webform-every-field-invalid")
+
+            await page.fill('input[name="email"]', "ann@example.com")
+            await page.locator('input[name="trip"]').nth(0).fill("2026-05-01")
+            await page.locator('input[name="trip"]').nth(1).fill("2026-05-09")
+            await page.fill('input[name="pin"]', "0000-9")
+            assert await submit(page) == 200
+            assert "You can close this tab" in await page.text_content("main")
+            await screenshot(page, "webform-confirmation")
+
+            result = await app.wait(request["id"])
+            assert result["status"] == "answered" and result["answered_via"] == "web"
+            assert result["response"] == {
+                "name": "Ann", "notes": "line one\nline two", "count": 7, "price": 2.5, "agree": True,
+                "sure": False, "size": "L", "country": "pt", "tags": ["x", "z"],
+                "trip": ["2026-05-01", "2026-05-09"], "day": "2026-01-02", "at": "09:15",
+                "when": "2026-01-02T14:30:00+01:00", "email": "ann@example.com",
+                "site": "https://example.com/a?b=c", "pin": "0000-9",
+            }
+            assert problems == []
+            assert app.requests_seen and all(url.startswith(app.base + "/") for url in app.requests_seen)
+    finally:
+        await context.close()
+
+
+async def test_an_approval_is_a_button_press(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        problems = watch(page, app)
+        request = await app.ask(kind="approval", message_for_user="Drop table `orders` in production?")
+        await page.goto(await app.link(request["id"]))
+        await screenshot(page, "webform-approval")
+        await page.fill('textarea[name="reason"]', "Not without a backup")
+        assert await submit(page, 'button[name="decision"][value="reject"]') == 200
+        result = await app.wait(request["id"])
+        assert result["response"] == {"decision": "reject", "reason": "Not without a backup"}
+        assert problems == []
+
+
+async def test_a_sensitive_answer_is_typed_masked_and_never_shown(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        request = await app.ask({"type": "string", "pattern": "^[0-9]{6}$", "title": "Code"}, sensitive=True,
+                                message_for_user="Enter the six-digit code sent to your phone.")
+        await page.goto(await app.link(request["id"]))
+        control = page.locator('input[name="answer"]')
+        assert await control.get_attribute("type") == "password"
+        assert await control.get_attribute("autocomplete") == "off"
+        await control.fill("12345x")
+        # The browser's own pattern check stops this one before it is sent.
+        await page.click("button[type=submit]")
+        assert await page.evaluate("document.querySelector('input[name=answer]').validity.patternMismatch")
+        await control.fill("424242")
+        await screenshot(page, "webform-sensitive")
+        assert await submit(page) == 200
+        assert "424242" not in await page.content()
+        result = await app.wait(request["id"])
+        assert result["response"] == "424242"
+
+
+async def test_the_form_works_with_javascript_off(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    context = await browser.new_context(java_script_enabled=False, timezone_id="Asia/Kolkata")
+    try:
+        page = await context.new_page()
+        async with hosted(tmp_path) as app:
+            schema = {"type": "object", "properties": {
+                "when": {"type": "string", "format": "date-time"},
+                "note": {"type": "string", "maxLength": 500},
+            }, "required": ["when", "note"]}
+            request = await app.ask(schema)
+            await page.goto(await app.link(request["id"]))
+            # Without the script the time is read as UTC, and the page says so.
+            assert await page.text_content("[data-tz-hint]") == "Time in UTC"
+            shown = await page.text_content("#countdown")
+            await page.fill('input[name="when"]', "2026-03-04T05:06")
+            await page.fill('textarea[name="note"]', "no scripts here")
+            assert await page.text_content("#countdown") == shown
+            assert await submit(page) == 200
+            assert "You can close this tab" in await page.text_content("main")
+            result = await app.wait(request["id"])
+            assert result["response"] == {"when": "2026-03-04T05:06:00Z", "note": "no scripts here"}
+    finally:
+        await context.close()
+
+
+async def test_the_countdown_runs_to_zero_and_a_late_answer_is_410(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    from playwright.async_api import expect
+
+    async with hosted(tmp_path) as app:
+        request = await app.ask(timeout_seconds=2, message_for_user="Quick!")
+        await page.goto(await app.link(request["id"]))
+        first = await page.text_content("#countdown")
+        assert first in ("2 s", "1 s")
+        # expect() polls from Playwright's own injected script: wait_for_function would need eval,
+        # which the page's Content-Security-Policy rightly refuses.
+        await expect(page.locator("#countdown")).to_have_text("none, the time is up", timeout=6000)
+        assert (await app.wait(request["id"]))["status"] == "expired"
+        await page.fill('textarea[name="answer"]', "too late")
+        assert await submit(page) == 410
+        assert "This question expired" in await page.text_content("main")
+        await screenshot(page, "webform-expired")
+
+
+async def test_dark_mode(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        request = await app.ask({"type": "object", "properties": {
+            "size": {"type": "string", "enum": ["S", "M", "L"]}, "ok": {"type": "boolean"}}})
+        await page.goto(await app.link(request["id"]))
+        background = "getComputedStyle(document.querySelector('main')).backgroundColor"
+        light = await page.evaluate(background)
+        await page.emulate_media(color_scheme="dark")
+        dark = await page.evaluate(background)
+        assert light != dark
+        await screenshot(page, "webform-dark")
+        # The phone width lays the form out without sideways scrolling.
+        await page.set_viewport_size({"width": 390, "height": 844})
+        assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+async def test_a_used_link_shows_a_plain_page(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        request = await app.ask({"type": "integer", "minimum": 1})
+        url = await app.link(request["id"])
+        await page.goto(url)
+        await page.fill('input[name="answer"]', "3")
+        assert await submit(page) == 200
+        response = await page.goto(url)
+        assert response is not None and response.status == 410
+        assert "This link was used already" in await page.text_content("main")
+        assert json.dumps((await app.wait(request["id"]))["response"]) == "3"
