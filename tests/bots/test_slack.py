@@ -4,6 +4,7 @@ interactions posted signed to /bots/slack/events as Slack sends them, and Socket
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -597,3 +598,132 @@ async def test_rate_limits_and_permanent_errors_go_through_the_dispatcher(sqlite
         assert [(d["status"], d["attempts"]) for d in seen["deliveries"]] == [("failed", 1)]
         assert seen["deliveries"][0]["last_error"] == "slack chat.postMessage: channel_not_found"
         assert len(fake.calls_of("chat.postMessage")) == 3
+
+
+# -- Socket Mode ------------------------------------------------------------------------------
+
+
+async def test_socket_mode_end_to_end(sqlite_url: str, fake: FakeSlack) -> None:
+    section = {"mode": "socket", "app_token": fake.app_token, "signing_secret": None}
+    async with slack_app(sqlite_url, fake, **section) as api:
+        await fake.wait_for_socket()
+        assert (await fake.wait_for_call("apps.connections.open")).token == fake.app_token
+        # No HTTP endpoint in Socket Mode: nothing to sign, nothing to reach.
+        assert (await post_signed(api, {"type": "block_actions"}))[0] == 404
+
+        req = await api.create(request_body("sock1", schema={"type": "boolean"}))
+        message = await posted_message(fake, req)
+        ack = await fake.socket_send_interactive(tap(fake, message, "No", user=BOB))
+        assert set(ack) == {"envelope_id"}
+        done = await api.wait(req["id"])
+        assert done["response"] is False and done["answered_by"] == f"slack:{TEAM}/{BOB}"
+        await fake.wait_for_call("chat.update")
+
+        approval = await api.create(request_body("sock2", kind="approval"))
+        await wait_for_count(fake, "chat.postMessage", 2)
+        posted = fake.calls_of("chat.postMessage")[1].response
+        second = fake.message(posted["channel"], posted["ts"]) | {"channel": posted["channel"]}
+        assert set(await fake.socket_send_interactive(tap(fake, second, "Answer here", user=ALICE))) == {"envelope_id"}
+        view = (await fake.wait_for_call("views.open")).response["view"]
+        missing = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={})
+        ack = await fake.socket_send_interactive(missing)
+        assert ack["payload"] == {"response_action": "errors", "errors": {"decision": "is required"}}
+        good = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={"decision": option_value(1)})
+        ack = await fake.socket_send_interactive(good)
+        assert "errors" not in ack.get("payload", {})
+        assert (await api.wait(approval["id"]))["response"] == {"decision": "reject"}
+
+        # A stranger over the socket is refused like over HTTP.
+        third = await api.create(request_body("sock3", schema={"type": "boolean"}))
+        await wait_for_count(fake, "chat.postMessage", 3)
+        posted = fake.calls_of("chat.postMessage")[2].response
+        message = fake.message(posted["channel"], posted["ts"]) | {"channel": posted["channel"]}
+        await fake.socket_send_interactive(tap(fake, message, "Yes", user=MALLORY))
+        await wait_for_count(fake, "chat.postEphemeral", 1)
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."]
+        _, still = await api.call("GET", f"/v1/requests/{third['id']}")
+        assert still["status"] == "pending"
+    # Stopping the app closes its socket.
+    assert fake.sockets == []
+
+
+async def test_socket_mode_runs_on_one_instance_and_fails_over(
+    pg_url: str, fake: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slack_connector, "LEADER_POLL_SECONDS", 0.05)
+    section = {"mode": "socket", "app_token": fake.app_token, "signing_secret": None}
+    leader: contextlib.AbstractAsyncContextManager[Any] | None = slack_app(pg_url, fake, **section)
+    await leader.__aenter__()
+    try:
+        await fake.wait_for_socket()
+        async with slack_app(pg_url, fake, **section) as follower:
+            # The follower keeps asking for the lock and never gets it while the leader holds it.
+            service = follower.app[SERVICE]
+            asked, answers = asyncio.Event(), []
+            ask = service.leadership
+
+            async def counting(name: str) -> bool:
+                answers.append(await ask(name))
+                if len(answers) >= 3:
+                    asked.set()
+                return answers[-1]
+
+            service.leadership = counting  # type: ignore[method-assign]
+            await asyncio.wait_for(asked.wait(), 5)
+            assert not any(answers) and len(fake.calls_of("apps.connections.open")) == 1
+
+            # The leader stops; its lock goes with it and the follower connects.
+            await leader.__aexit__(None, None, None)
+            leader = None
+            await fake.wait_for_socket(nth=2)
+            assert len(fake.sockets) == 1 and answers[-1] is True
+            req = await follower.create(request_body("fo", schema={"type": "boolean"}))
+            message = await posted_message(fake, req)
+            await fake.socket_send_interactive(tap(fake, message, "Yes", user=ALICE))
+            assert (await follower.wait(req["id"]))["response"] is True
+    finally:
+        if leader is not None:
+            await leader.__aexit__(None, None, None)
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def load(fake: FakeSlack, **section: Any) -> Any:
+    settings = settings_from(base_config("sqlite:///unused.db", slack=slack_section(fake, **section)))
+    return SlackConnector.load_settings(settings), settings
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"signing_secret": None}, "signing_secret is required in http mode"),
+    ({"mode": "socket", "signing_secret": None}, "app_token is required in socket mode"),
+    ({"mode": "webhook"}, "slack.mode"),
+    ({"channel": "C1"}, "slack.channel: unknown key"),
+    ({"tenants": {}}, "slack.tenants"),
+    ({"tenants": {"acme": {"channel": "general", "allowed_user_ids": ["U1ABC"]}}}, "slack.tenants.acme.channel"),
+    ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": ["alice"]}}}, "not Slack user ids"),
+    ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": []}}}, "allowed_user_ids"),
+])
+def test_settings_are_checked(fake: FakeSlack, section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(fake, **section)
+
+
+async def test_settings_defaults_and_unknown_tenants(fake: FakeSlack) -> None:
+    settings, app_settings = load(fake, api_url="http://127.0.0.1:9/api", remind_after_seconds=600)
+    assert settings.mode == "http" and settings.api_url == "http://127.0.0.1:9/api/"
+    assert settings.tenants["acme"].allowed_user_ids == [ALICE, BOB]
+    assert SlackConnector.settings_model.model_fields["api_url"].default == "https://slack.com/api/"
+    assert "xoxb" not in repr(settings) and SIGNING_SECRET not in repr(settings)
+    async with aiohttp.ClientSession() as http:
+        connector = SlackConnector(settings=settings, service=None, http=http,  # type: ignore[arg-type]
+                                   log=logging.getLogger("test"), app_settings=app_settings)
+        assert connector.targets("acme") == ["C0ACME"] and connector.targets("initech") == []
+        assert connector.may_answer("acme", ALICE) and not connector.may_answer("globex", ALICE)
+        assert connector.remind_after() == 600
+        assert [r.path for r in connector.routes()] == ["/events"]
+
+        stray, stray_app = load(fake, tenants={"initech": {"channel": "C1ABC", "allowed_user_ids": ["U1ABC"]}})
+        with pytest.raises(ConfigError, match="no such tenant: initech"):
+            SlackConnector(settings=stray, service=None, http=http,  # type: ignore[arg-type]
+                           log=logging.getLogger("test"), app_settings=stray_app)
