@@ -1,0 +1,1 @@
+"""Wire-level fakes of messenger APIs, for tests."""
