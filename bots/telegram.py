@@ -164,10 +164,13 @@ class TelegramConnector(Connector):
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        # httpx logs every request URL at INFO, and a Bot API URL carries the bot token.
-        httpx_log = logging.getLogger("httpx")
-        if httpx_log.getEffectiveLevel() < logging.WARNING:
-            httpx_log.setLevel(logging.WARNING)
+        # httpx logs every request URL at INFO, and a Bot API URL carries the bot token;
+        # python-telegram-bot logs updates and call parameters at DEBUG, replies to private
+        # questions included. Neither may reach the log, whatever level the server runs at.
+        for name, level in (("httpx", logging.WARNING), ("telegram", logging.INFO)):
+            library_log = logging.getLogger(name)
+            if library_log.getEffectiveLevel() < level:
+                library_log.setLevel(level)
         settings: TelegramSettings = self.settings
         base = settings.base_url
         builder = (ApplicationBuilder().token(settings.token.get_secret_value()).base_url(base)
@@ -274,7 +277,9 @@ class TelegramConnector(Connector):
         if not self._ready.is_set() or self._app is None:
             return web.json_response({"ok": False, "error": "not ready"}, status=503)  # Telegram retries
         try:
-            data = await request.json(content_type=None)
+            data = await request.json()
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
             update = Update.de_json(data, self._app.bot)
         except Exception:
             return web.json_response({"ok": False, "error": "not a Telegram update"}, status=400)
@@ -418,10 +423,9 @@ class TelegramConnector(Connector):
             return
         tenant_id, request_id, value = found
         user_id = str(query.from_user.id)
+        await self._remember_name(query.from_user, tenant_id=tenant_id)
         outcome = await self.submit_answer(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
                                            response=value)
-        if outcome.accepted:
-            await self._remember_name(query.from_user)
         await self._answer_query(query, outcome.message, alert=outcome.code in ("not_authorized", "invalid"))
 
     async def _on_reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -458,9 +462,8 @@ class TelegramConnector(Connector):
         if redact(text) != text:
             await self._refuse_secret(message, view)
             return
+        await self._remember_name(message.from_user, tenant_id=tenant_id)
         outcome = await self._submit_text(view, user_id, text)
-        if outcome.accepted:
-            await self._remember_name(message.from_user)
         await self._reply(message, outcome.message, view)
 
     async def _submit_text(self, view: RequestView, user_id: str, text: str) -> AnswerOutcome:
@@ -547,7 +550,11 @@ class TelegramConnector(Connector):
             self.log.warning("telegram notice failed: %s", _scrub(str(e), self.settings))
         return None
 
-    async def _remember_name(self, user: Any) -> None:
+    async def _remember_name(self, user: Any, *, tenant_id: str) -> None:
+        """Keep the display name of someone who may answer, before the answer: the withdrawn
+        message ("Answered by …") may be written before the submit call returns."""
+        if not self.may_answer(tenant_id, str(user.id)):
+            return
         name = " ".join(p for p in (user.first_name, user.last_name) if p) or f"user {user.id}"
         if user.username:
             name += f" (@{user.username})"

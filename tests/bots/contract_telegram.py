@@ -124,8 +124,11 @@ class TelegramDriver(ConnectorDriver):
         assert self.tg.message(chat_id, message_id).deleted
         notice = await self.tg.wait_for_call(
             "sendMessage", predicate=lambda c: c.params.get("chat_id") == chat_id
-            and "form" in str(c.params.get("text", "")).lower() and "deleted" in str(c.params.get("text", "")))
-        assert notice.ok
+            and str(c.params.get("text", "")).startswith("Your reply was deleted"))
+        assert "form" in notice.params["text"]
+        if not action.stranger:  # the allowed human gets a way in
+            buttons = [b for row in notice.params["reply_markup"]["inline_keyboard"] for b in row]
+            assert buttons[0]["text"] == "Open form" and "/f/" in buttons[0]["url"]
 
     async def assert_withdrawn(self, posted: Posted, outcome: str) -> None:
         await self.tg.wait_for_call(

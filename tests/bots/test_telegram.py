@@ -1,0 +1,525 @@
+"""The Telegram connector end to end: the real app and HTTP API, the real python-telegram-bot client,
+and the wire-level fake Bot API playing Telegram's servers and its users."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import Api, base_config, running_app, settings_from
+
+from bots.telegram import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, TelegramConnector, utf16_len
+from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from core.config import Settings
+from core.errors import AlreadyAnsweredError, ConfigError, GoneError
+from tests.bots.contract import Posted
+from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_USER, STRANGER, TelegramDriver
+from tests.fakes.telegram import SECRET_HEADER, Call
+
+WEBHOOK_SECRET = "whsec_0123456789abcdef"
+
+
+@contextlib.asynccontextmanager
+async def telegram(url: str, **overrides: Any) -> AsyncIterator[tuple[TelegramDriver, Api]]:
+    driver = TelegramDriver(**overrides)
+    async with driver.running(url) as api:
+        yield driver, api
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'tg.db'}"
+
+
+def ask(uid: str, **extra: Any) -> dict[str, Any]:
+    return {"unique_id": uid, "message_for_user": f"Question {uid}?", "timeout_seconds": 60,
+            "channels": ["telegram"], **extra}
+
+
+async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
+    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+
+
+async def get(api: Api, request_id: str) -> dict[str, Any]:
+    status, body = await api.call("GET", f"/v1/requests/{request_id}")
+    assert status == 200, body
+    return body
+
+
+def sent_call(driver: TelegramDriver, posted: Posted) -> Call:
+    return next(c for c in driver.tg.calls_of("sendMessage")
+                if c.ok and c.result["message_id"] == posted.ref["message_id"]
+                and c.params["chat_id"] == posted.ref["chat_id"])
+
+
+def form_token(driver: TelegramDriver, posted: Posted) -> str:
+    return driver.button(posted, "open form")["url"].rsplit("/f/", 1)[1]
+
+
+async def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
+    """For state with no event to await (which instance holds a lock)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+# -- answers by button, by reply, by form -------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "choice", "expected", "shown"), [
+    ({"kind": "approval"}, "reject", {"decision": "reject"}, "reject"),
+    ({"kind": "choice", "schema": {"type": "boolean"}}, "no", False, "no"),
+    ({"schema": {"type": "string", "enum": ["red", "green", "blue"]}}, "green", "green", "green"),
+])
+async def test_button_answers(db: str, extra: dict[str, Any], choice: str, expected: Any, shown: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("b-1", **extra))
+        posted = await driver.posted(api, request)
+        data = [b for row in sent_call(driver, posted).params["reply_markup"]["inline_keyboard"]
+                for b in row if "callback_data" in b]
+        # Server-side tokens, never the request id; well within Telegram's 64 bytes.
+        assert all(request["id"] not in b["callback_data"] and len(b["callback_data"].encode()) <= 64 for b in data)
+
+        action = await driver.press(posted, choice)
+        assert "recorded" in (await driver.callback_answer(action)).params["text"]
+        done = await api.wait(request["id"])
+        assert (done["response"], done["answered_by"], done["answered_via"]) == (expected, f"telegram:{ALLOWED}",
+                                                                                 "telegram")
+        await driver.assert_withdrawn(posted, f"Answered by Alice (@alice) via Telegram: {shown}")
+
+
+@pytest.mark.parametrize(("extra", "text", "expected"), [
+    ({}, "  Friday, after lunch ", "Friday, after lunch"),
+    ({"schema": {"type": "integer", "minimum": 1, "maximum": 10}}, "7", 7),
+    ({"schema": {"type": "object", "required": ["name"],
+                 "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}},
+     "name: Bob\nage: 30", {"name": "Bob", "age": 30}),
+    ({"kind": "approval"}, "reject because too risky", {"decision": "reject", "reason": "too risky"}),
+])
+async def test_reply_answers(db: str, extra: dict[str, Any], text: str, expected: Any) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("r-1", **extra))
+        posted = await driver.posted(api, request)
+        markup = sent_call(driver, posted).params.get("reply_markup") or {}
+        if not extra:
+            assert markup.get("force_reply") is True  # free text asks for a reply
+        else:
+            assert markup.get("inline_keyboard")
+
+        action = await driver.reply(posted, text)
+        assert (await driver.bot_reply(action)).params["text"] == "Thanks, your answer was recorded."
+        done = await api.wait(request["id"])
+        assert (done["status"], done["response"], done["answered_by"]) == ("answered", expected,
+                                                                           f"telegram:{ALLOWED}")
+        await driver.assert_withdrawn(posted, "Answered by Alice (@alice) via Telegram")
+
+
+async def test_form_answer_with_a_fresh_link_per_chat(db: str) -> None:
+    second_chat = -1009999
+    tenants = {"acme": {"chat_ids": [CHAT, second_chat], "allowed_user_ids": [ALLOWED]}}
+    async with telegram(db, tenants=tenants) as (driver, api):
+        schema = {"type": "object", "properties": {"host": {"type": "string"}, "port": {"type": "integer"}},
+                  "required": ["host", "port"]}
+        request = await api.create(ask("f-1", schema=schema))
+        await api.app[DISPATCHER].idle()
+        rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
+        posts = [Posted(request["id"], r["target"], r["ref"]) for r in rows]
+        tokens = {form_token(driver, p) for p in posts}
+        assert len(tokens) == 2  # one link per chat
+
+        await api.app[SERVICE].submit_link(token=tokens.pop(), response={"host": "db1", "port": 5432})
+        done = await api.wait(request["id"])
+        assert (done["answered_via"], done["answered_by"].split(":")[0]) == ("web", "link")
+        for posted in posts:
+            await driver.assert_withdrawn(posted, "Answered via the web form: host: db1; port: 5432")
+
+
+async def test_invalid_reply_is_explained_and_the_request_stays_pending(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("i-1", schema={"type": "integer", "minimum": 1, "maximum": 10}))
+        posted = await driver.posted(api, request)
+
+        explained = await driver.bot_reply(await driver.reply(posted, "42"), containing="not valid")
+        assert "42" not in explained.params["text"]  # the value is not echoed
+        assert (await get(api, request["id"]))["status"] == "pending"
+        assert [e["event"] for e in await journal(api, request["id"])].count("invalid_attempt") == 1
+
+        # A reply to the explanation still answers the same question.
+        await driver.reply(posted, "5", to_message_id=explained.result["message_id"])
+        assert (await api.wait(request["id"]))["response"] == 5
+
+
+async def test_unknown_field_lines_are_explained_not_dropped(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        schema = {"type": "object", "properties": {"name": {"type": "string"}, "nick": {"type": "string"}}}
+        request = await api.create(ask("i-2", schema=schema))
+        posted = await driver.posted(api, request)
+
+        explained = await driver.bot_reply(await driver.reply(posted, "name: Bob\ncolour: red"),
+                                           containing="unknown field")
+        assert "colour" in explained.params["text"]
+        assert (await get(api, request["id"]))["status"] == "pending"
+
+
+# -- who may answer, and when ------------------------------------------------------------------
+
+
+async def test_strangers_and_other_tenants_users_are_refused(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("s-1", kind="approval"))
+        posted = await driver.posted(api, request)
+
+        for user in (STRANGER, GLOBEX_USER):
+            press = await driver.press(posted, "approve", user_id=user)
+            answer = await driver.callback_answer(press)
+            assert answer.params["text"] == "You are not authorized to answer this."
+            reply = await driver.reply(posted, "approve", user_id=user)
+            assert "not authorized" in (await driver.bot_reply(reply)).params["text"]
+        await api.app[DISPATCHER].idle()
+
+        body = await get(api, request["id"])
+        assert body["status"] == "pending"
+        refused = [e for e in await journal(api, request["id"]) if e["event"] == "answer_refused"]
+        assert {e["principal"] for e in refused} == {f"telegram:{STRANGER}", f"telegram:{GLOBEX_USER}"}
+        assert driver.button(posted, "approve")  # the buttons are still there
+
+
+async def test_tap_on_a_resolved_request(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        answered = await api.create(ask("t-1", kind="approval"))
+        expiring = await api.create(ask("t-2", kind="approval", timeout_seconds=1))
+        posts = [await driver.posted(api, r) for r in (answered, expiring)]
+        data = [driver.button(p, "approve")["callback_data"] for p in posts]
+
+        assert (await api.submit("t-1", {"decision": "reject"}))[0] == 200
+        assert (await api.wait(expiring["id"], timeout=5))["status"] == "expired"
+        await api.app[DISPATCHER].idle()
+        for posted, token, text in zip(posts, data, ("This was already answered.", "This question expired.")):
+            update = driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=posted.ref["message_id"],
+                                             data=token)
+            driver.push(update)
+            call = await driver.tg.wait_for_call(
+                "answerCallbackQuery",
+                predicate=lambda c, q=update["callback_query"]["id"]: str(c.params["callback_query_id"]) == q)
+            assert call.params["text"] == text
+        assert (await get(api, answered["id"]))["response"] == {"decision": "reject"}
+
+
+async def test_forged_or_misplaced_callback_data_is_refused(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        first = await driver.posted(api, await api.create(ask("x-1", kind="approval")))
+        second_request = await api.create(ask("x-2", kind="approval"))
+        second = await driver.posted(api, second_request)
+
+        forged = driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=second.ref["message_id"],
+                                         data=f"{second_request['id']}:approve"[:64])
+        # A real token of the first request, replayed on the second request's message.
+        misplaced = driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=second.ref["message_id"],
+                                            data=driver.button(first, "approve")["callback_data"])
+        for update in (forged, misplaced):
+            driver.push(update)
+            call = await driver.tg.wait_for_call(
+                "answerCallbackQuery",
+                predicate=lambda c, q=update["callback_query"]["id"]: str(c.params["callback_query_id"]) == q)
+            assert call.params["text"] == "This button is no longer valid."
+        assert (await get(api, second_request["id"]))["status"] == "pending"
+        assert (await get(api, first.request_id))["status"] == "pending"
+
+
+# -- sensitive requests ------------------------------------------------------------------------
+
+
+async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(db: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "493817"
+    async with telegram(db) as (driver, api):
+        question = "Enter the code we texted to +1 555 0100"
+        request = await api.create(ask("p-1", message_for_user=question, sensitive=True,
+                                       schema={"type": "string", "pattern": "^[0-9]{6}$"}))
+        posted = await driver.posted(api, request)
+        message = driver.message(posted)
+        assert message.text is not None and message.text.startswith(SENSITIVE_TEXT)
+        assert "555" not in message.text
+        buttons = [b for row in message.reply_markup["inline_keyboard"] for b in row]
+        assert [b["text"] for b in buttons] == ["Open form"] and "url" in buttons[0]
+
+        await driver.assert_reply_removed(await driver.reply(posted, secret))
+        stranger = await driver.reply(posted, "123456", stranger=True)
+        await driver.tg.wait_for_call("deleteMessage",
+                                      predicate=lambda c: c.params["message_id"] == stranger.handle["message_id"])
+        await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params["text"].startswith("Your reply")
+                                      and not c.params.get("reply_markup"))
+        notices = [c for c in driver.tg.calls_of("sendMessage") if c.params["text"].startswith("Your reply")]
+        # Only the allowed human is handed a fresh form link.
+        assert [bool(c.params.get("reply_markup")) for c in notices] == [True, False]
+        assert (await get(api, request["id"]))["status"] == "pending"
+
+        token = form_token(driver, posted)
+        await api.app[SERVICE].submit_link(token=token, response="271828")
+        done = await api.wait(request["id"])
+        assert done["response"] == "271828"
+        await driver.assert_withdrawn(posted, "Answered via the web form")
+        assert "271828" not in (driver.message(posted).text or "")
+
+        entries = await journal(api, request["id"])
+        assert "chat_reply_refused" in [e["event"] for e in entries]
+        assert secret not in str(entries) and "271828" not in str(entries)
+    logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    assert secret not in logged and "271828" not in logged
+    assert driver.tg.token not in logged
+
+
+async def test_secret_shaped_reply_to_an_ordinary_question_is_refused(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("p-2"))
+        posted = await driver.posted(api, request)
+        action = await driver.reply(posted, "here: ghp_0123456789abcdefghijABCDEFGHIJ012345")
+        await driver.tg.wait_for_call("deleteMessage",
+                                      predicate=lambda c: c.params["message_id"] == action.handle["message_id"])
+        await driver.tg.wait_for_call("sendMessage", predicate=lambda c: "looked like a secret" in c.params["text"])
+        assert (await get(api, request["id"]))["status"] == "pending"
+
+
+# -- one winner ------------------------------------------------------------------------------
+
+
+async def test_racing_taps_and_a_form_submission_resolve_once(storage_url: str) -> None:
+    second_human = 4343
+    tenants = {"acme": {"chat_ids": [CHAT], "allowed_user_ids": [ALLOWED, second_human]}}
+    async with telegram(storage_url, tenants=tenants) as (driver, api):
+        request = await api.create(ask("race-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        token = form_token(driver, posted)
+
+        async def by_form() -> bool:
+            try:
+                await api.app[SERVICE].submit_link(token=token, response={"decision": "approve", "reason": "form"})
+                return True
+            except (AlreadyAnsweredError, GoneError):
+                return False
+
+        taps = [await driver.press(posted, "approve"), await driver.press(posted, "reject", user_id=second_human)]
+        form_won = await by_form()
+        answers = [(await driver.callback_answer(t)).params["text"] for t in taps]
+        await api.app[DISPATCHER].idle()
+
+        winners = sum("recorded" in a for a in answers) + form_won
+        assert winners == 1, (answers, form_won)
+        assert all(a in ("Thanks, your answer was recorded.", "This was already answered.") for a in answers)
+        done = await get(api, request["id"])
+        assert done["status"] == "answered"
+        assert [e["event"] for e in await journal(api, request["id"])].count("answered") == 1
+        assert len(driver.tg.calls_of("editMessageText")) == 1
+
+
+# -- withdraw, reminders, limits --------------------------------------------------------------
+
+
+async def test_withdraw_on_cancel_and_on_expiry(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        cancelled = await api.create(ask("w-1", kind="approval"))
+        expiring = await api.create(ask("w-2", schema={"type": "boolean"}, kind="choice", timeout_seconds=1))
+        posts = [await driver.posted(api, r) for r in (cancelled, expiring)]
+
+        assert (await api.call("POST", f"/v1/requests/{cancelled['id']}/cancel"))[0] == 200
+        await driver.assert_withdrawn(posts[0], "🚫 Cancelled")
+        await driver.assert_withdrawn(posts[1], "⌛ Expired")
+        assert driver.message(posts[0]).text.startswith("Question w-1?")
+        body = await get(api, cancelled["id"])
+        assert [d["status"] for d in body["deliveries"]] == ["withdrawn"]
+
+
+async def test_reminder_pings_once_and_is_withdrawn_too(db: str) -> None:
+    async with telegram(db, remind_after_seconds=0.3) as (driver, api):
+        request = await api.create(ask("rem-1"))
+        posted = await driver.posted(api, request)
+
+        reminder = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: "Reminder" in c.params["text"])
+        assert reminder.params["reply_parameters"]["message_id"] == posted.ref["message_id"]
+        # A reply to the reminder answers the question it reminds of.
+        await driver.reply(posted, "done", to_message_id=reminder.result["message_id"])
+        assert (await api.wait(request["id"]))["response"] == "done"
+        await api.app[DISPATCHER].idle()
+        assert len([c for c in driver.tg.calls_of("sendMessage") if "Reminder" in c.params["text"]]) == 1
+        assert "Answered by Alice" in driver.tg.message(CHAT, reminder.result["message_id"]).text
+        assert "reminded" in [e["event"] for e in await journal(api, request["id"])]
+
+
+async def test_rate_limit_and_server_error_are_retried(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        tg = driver.tg
+        tg.fail_next("sendMessage", status=429, retry_after=1)
+        limited = await api.create(ask("l-1", kind="approval"))
+        await tg.wait_for_call("sendMessage", predicate=lambda c: c.status == 429)
+        tg.fail_next("sendMessage", status=502)
+        failing = await api.create(ask("l-2", kind="approval"))
+        await api.app[DISPATCHER].idle()
+
+        sends = tg.calls_of("sendMessage")
+        assert [c.status for c in sends].count(429) == 1 and [c.status for c in sends].count(502) == 1
+        retried = [c for c in sends if c.ok and c.params["text"].startswith("Question l-1")][0]
+        assert retried.at - sends[0].at >= 0.95  # Telegram's retry_after, honoured
+        for request in (limited, failing):
+            body = await get(api, request["id"])
+            assert [(d["status"], d["attempts"], d["last_error"]) for d in body["deliveries"]] == [("sent", 2, None)]
+        failures = [e["data"] for e in await journal(api, limited["id"]) if e["event"] == "delivery_failed"]
+        assert failures[0]["retry_after"] == 1.0 and "rate limit" in failures[0]["error"]
+
+        # Withdrawing honours a 429 the same way.
+        posted = await driver.posted(api, limited)
+        tg.fail_next("editMessageText", status=429, retry_after=1)
+        assert (await api.submit("l-1", {"decision": "approve"}))[0] == 200
+        await api.app[DISPATCHER].idle()
+        assert "Answered by operator op-1" in driver.message(posted).text
+
+
+async def test_long_question_is_cut_and_the_form_holds_all_of_it(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        question = "Please review: " + "😀 long line of context. " * 300  # ~7.5k UTF-16 units
+        request = await api.create(ask("long-1", message_for_user=question))
+        posted = await driver.posted(api, request)
+        text = driver.message(posted).text or ""
+        assert utf16_len(text) <= MAX_TEXT and CUT_NOTE in text
+        assert text.startswith("Please review: 😀")
+
+        token = form_token(driver, posted)  # free text, but the cut question needs the form
+        _link, view = await api.app[SERVICE].open_link(token)
+        assert view.message_for_user == question
+        await driver.reply(posted, "looks fine")  # replying still works
+        assert (await api.wait(request["id"]))["response"] == "looks fine"
+        await driver.assert_withdrawn(posted, "Answered by Alice")
+        assert utf16_len(driver.message(posted).text or "") <= MAX_TEXT
+
+
+# -- webhook mode -------------------------------------------------------------------------------
+
+
+async def test_webhook_mode_verifies_the_secret_token(db: str) -> None:
+    async with telegram(db, mode="webhook", webhook_secret=WEBHOOK_SECRET) as (driver, api):
+        registered = await driver.tg.wait_for_call("setWebhook")
+        assert registered.params["url"] == "http://127.0.0.1:8080/bots/telegram/webhook"
+        assert registered.params["secret_token"] == WEBHOOK_SECRET
+        request = await api.create(ask("wh-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        url = api.url("/bots/telegram/webhook")
+
+        def tap() -> dict[str, Any]:
+            return driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=posted.ref["message_id"],
+                                           data=driver.button(posted, "approve")["callback_data"])
+
+        assert await driver.tg.post_webhook(url, tap(), secret_token="wrong-secret-000000") == 403
+        assert await driver.tg.post_webhook(url, tap()) == 403
+        assert (await get(api, request["id"]))["status"] == "pending"
+
+        # Telegram's own content type carries a charset; python-telegram-bot's server would refuse it.
+        async with aiohttp.ClientSession() as session, session.post(
+                url, json=tap(), headers={SECRET_HEADER: WEBHOOK_SECRET,
+                                          "Content-Type": "application/json; charset=utf-8"}) as resp:
+            assert resp.status == 200
+        done = await api.wait(request["id"])
+        assert (done["response"], done["answered_by"]) == ({"decision": "approve"}, f"telegram:{ALLOWED}")
+        await driver.assert_withdrawn(posted, "Answered by Alice")
+        assert driver.tg.calls_of("getUpdates") == []
+
+
+# -- several instances on PostgreSQL ----------------------------------------------------------
+
+
+def pollers(apis: list[Api]) -> list[Api]:
+    return [a for a in apis if a.app[CONNECTORS]["telegram"].polling]
+
+
+async def test_one_poller_among_instances_and_failover(pg_url: str) -> None:
+    import asyncpg
+
+    driver = TelegramDriver()
+    await driver.start()
+    try:
+        settings = settings_from(base_config(pg_url, **driver.config()))
+        stacks = [contextlib.AsyncExitStack(), contextlib.AsyncExitStack()]
+        apis = [await s.enter_async_context(running_app(settings, connector_classes=[TelegramConnector]))
+                for s in stacks]
+        try:
+            await until(lambda: len(pollers(apis)) == 1)
+            await asyncio.sleep(0.5)  # a few lock checks later: still exactly one
+            assert len(pollers(apis)) == 1
+
+            # The poller's lock connection dies: it stops polling; exactly one instance polls again.
+            restarts = driver.tg.calls_of("deleteWebhook")
+            assert len(restarts) == 1  # each start of polling calls it once
+            key = zlib.crc32(b"leader:telegram-poll") & 0x7FFFFFFF
+            conn = await asyncpg.connect(pg_url)
+            try:
+                killed = await conn.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND objid = $1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    key)
+            finally:
+                await conn.close()
+            assert killed == 1
+            await driver.tg.wait_for_call("deleteWebhook", predicate=lambda c: c is not restarts[0])
+            await until(lambda: len(pollers(apis)) == 1)
+            await asyncio.sleep(0.5)
+            assert len(pollers(apis)) == 1
+
+            # The poller stops for good: the other instance takes over and answers.
+            leader = pollers(apis)[0]
+            other = next(a for a in apis if a is not leader)
+            await stacks[apis.index(leader)].aclose()
+            await until(lambda: other.app[CONNECTORS]["telegram"].polling)
+            assert len(driver.tg.calls_of("deleteWebhook")) == 3
+            request = await other.create(ask("po-1", kind="approval"))
+            posted = await driver.posted(other, request)
+            await driver.press(posted, "approve")
+            assert (await other.wait(request["id"]))["answered_by"] == f"telegram:{ALLOWED}"
+        finally:
+            for stack in stacks:
+                await stack.aclose()
+    finally:
+        await driver.stop()
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def load(section: dict[str, Any], *, tenants: list[dict[str, Any]] | None = None) -> Any:
+    config = base_config("sqlite:///unused.db", telegram={"token": "1:x", **section})
+    if tenants is not None:
+        config["tenants"] = tenants
+    return TelegramConnector.load_settings(Settings.model_validate(config))
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"tenants": {"nobody": {"chat_ids": [1], "allowed_user_ids": [2]}}}, "telegram.tenants.nobody: no such tenant"),
+    ({"tenants": {"acme": {"chat_ids": [1], "allowed_user_ids": [2]},
+                  "globex": {"chat_ids": [1], "allowed_user_ids": [3]}}}, "chat 1 also serves acme"),
+    ({"chat_ids": [1], "allowed_user_ids": [2]}, "telegram.tenant: name the tenant"),
+    ({"mode": "webhook", "chat_ids": [1], "allowed_user_ids": [2], "tenant": "acme"}, "webhook_secret is required"),
+    ({"tenants": {"acme": {"chat_ids": [1], "allowed_user_ids": []}}}, "allowed_user_ids"),
+    ({"tenants": {"acme": {"chat_ids": [1], "allowed_user_ids": [2], "admins": [3]}}}, "unknown key"),
+])
+def test_config_errors_name_the_key(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(section)
+
+
+def test_short_form_serves_the_only_tenant() -> None:
+    settings = load({"chat_ids": [-100], "allowed_user_ids": [7]}, tenants=[{"id": "solo"}])
+    assert settings.tenants["solo"].chat_ids == [-100]
+
+
+async def test_start_command_tells_ids(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        driver.push(driver.tg.make_text_message(chat_id=STRANGER, user_id=STRANGER, text="/start"))
+        call = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params["chat_id"] == STRANGER)
+        assert f"user id is {STRANGER}" in call.params["text"]
