@@ -200,7 +200,9 @@ class SlackConnector(Connector):
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             return web.json_response({"error": "invalid request"}, status=400)
-        bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=request.headers)  # type: ignore[arg-type]
+        # What to_bolt_request builds, from the body already read (it would read it again, uncapped).
+        bolt_request = AsyncBoltRequest(body=text, query=request.query_string,
+                                        headers=request.headers)  # type: ignore[arg-type]
         return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
 
     # -- Bolt listeners ----------------------------------------------------------
@@ -268,10 +270,14 @@ class SlackConnector(Connector):
             # Never a modal or a tap for a sensitive request, whatever token reaches us.
             await self._ephemeral(channel, user, USE_THE_FORM)
         elif intent == MODAL_INTENT:
-            trigger_id = body.get("trigger_id")
-            await self._call("views.open", self.client.views_open(
-                trigger_id=trigger_id, view=modal_view(request, private_metadata=str(token),
-                                                       now=self.service.clock())))
+            try:
+                await self._call("views.open", self.client.views_open(
+                    trigger_id=body.get("trigger_id"),
+                    view=modal_view(request, private_metadata=str(token), now=self.service.clock())))
+            except ConnectorError as e:
+                # A trigger_id lives three seconds; a slow Slack or a rate limit can outlast it.
+                self.log.warning("slack modal not opened (%s)", e.message)
+                await self._ephemeral(channel, user, "Slack did not open the form; tap “Answer here” again.")
         elif "answer" in intent:
             await self._submit_tap(request, intent["answer"], principal=principal, channel=channel, user=user)
         else:
@@ -287,7 +293,7 @@ class SlackConnector(Connector):
                                              with_deliveries=False)
             await self._ephemeral(channel, user, gone_text(current.status))
         except InvalidAnswerError as e:
-            await self._ephemeral(channel, user, f"That answer was not accepted: {e.message}")
+            await self._ephemeral(channel, user, _not_accepted(e))
         # On success the dispatcher's withdraw edits the message to show who answered.
 
     async def _send_form_link(self, request: RequestView, *, channel: str | None, user: str,
@@ -369,7 +375,7 @@ class SlackConnector(Connector):
             current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             await self._ephemeral(channel, user, gone_text(current.status), thread_ts=thread_ts)
         except InvalidAnswerError as e:
-            await self._ephemeral(channel, user, f"That answer was not accepted: {e.message}", thread_ts=thread_ts)
+            await self._ephemeral(channel, user, _not_accepted(e), thread_ts=thread_ts)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -433,6 +439,13 @@ def _user_id(body: dict[str, Any]) -> str:
 def _principal(body: dict[str, Any]) -> str:
     team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or ""
     return f"slack:{team}/{_user_id(body)}"
+
+
+def _not_accepted(error: InvalidAnswerError) -> str:
+    # Core's messages never quote the value, so they are safe to show in the channel.
+    details = error.details or []
+    parts = [f"{d['field']}: {d['message']}" if d.get("field") else str(d.get("message")) for d in details]
+    return "That answer was not accepted: " + ("; ".join(parts) or error.message) + "."
 
 
 def _notice(title: str, text: str) -> dict[str, Any]:

@@ -145,9 +145,9 @@ def test_defaults_fill_the_modal() -> None:
     blocks = inputs(view)
     assert blocks["name"]["element"]["initial_value"] == "Ada"
     assert blocks["count"]["element"]["initial_value"] == "4"
-    assert blocks["ratio"]["element"] | {} == {"type": "number_input", "action_id": "value",
-                                              "is_decimal_allowed": True, "min_value": "0.5",
-                                              "max_value": "2", "initial_value": "1.5"}
+    assert blocks["ratio"]["element"] == {"type": "number_input", "action_id": "value",
+                                         "is_decimal_allowed": True, "min_value": "0.5",
+                                         "max_value": "2", "initial_value": "1.5"}
     assert blocks["ok"]["element"]["initial_option"]["value"] == "false"
     assert blocks["size"]["element"]["initial_option"]["text"]["text"] == "M"
     assert [o["value"] for o in blocks["tags"]["element"]["initial_options"]] == ["1"]
