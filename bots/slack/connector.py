@@ -71,7 +71,7 @@ _PERMANENT = frozenset({
     "restricted_action", "invalid_blocks", "invalid_arguments", "msg_too_long", "message_not_found",
     "cant_update_message", "edit_window_closed", "team_access_not_granted",
 })
-# Slack escapes these in message text; links arrive as <target|label> or <target>.
+# Slack marks up what people type: links arrive as <target|label> or <target>, and &, <, > as entities.
 _SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
 
 
