@@ -208,8 +208,13 @@ class TelegramConnector(Connector):
         settings: TelegramSettings = self.settings
         url = settings.webhook_url or f"{self.app_settings.server.public_url}/bots/telegram/webhook"
         assert settings.webhook_secret is not None
-        await self._app.bot.set_webhook(url, secret_token=settings.webhook_secret.get_secret_value(),
-                                        allowed_updates=["message", "callback_query"])
+        try:
+            await self._app.bot.set_webhook(url, secret_token=settings.webhook_secret.get_secret_value(),
+                                            allowed_updates=["message", "callback_query"])
+        except BadRequest as e:
+            # Telegram refuses the URL itself (not https, not public): retrying cannot help.
+            self.log.error("telegram refused the webhook URL (%s); set telegram.webhook_url or server.public_url "
+                           "to a public https URL", _scrub(str(e), self.settings))
 
     async def _poll_while_leading(self) -> None:
         """Poll while this instance holds the lock; a standby keeps trying to take it over."""

@@ -523,3 +523,19 @@ async def test_start_command_tells_ids(db: str) -> None:
         driver.push(driver.tg.make_text_message(chat_id=STRANGER, user_id=STRANGER, text="/start"))
         call = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params["chat_id"] == STRANGER)
         assert f"user id is {STRANGER}" in call.params["text"]
+
+
+async def test_a_refused_form_button_becomes_a_link_in_the_text(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        # What Telegram answers for a URL button to a host it deems invalid (a loopback public_url).
+        driver.tg.fail_next("sendMessage", status=400, description="Bad Request: BUTTON_URL_INVALID")
+        request = await api.create(ask("u-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        message = driver.message(posted)
+        assert "Form: http://127.0.0.1:8080/f/" in (message.text or "")
+        labels = [b["text"] for row in message.reply_markup["inline_keyboard"] for b in row]
+        assert labels == ["✅ Approve", "❌ Reject"]  # the buttons that answer directly stay
+        _, body = await api.call("GET", f"/v1/requests/{request['id']}")
+        assert [(d["status"], d["attempts"]) for d in body["deliveries"]] == [("sent", 1)]
+        await driver.press(posted, "approve")
+        assert (await api.wait(request["id"]))["response"] == {"decision": "approve"}
