@@ -24,7 +24,7 @@ from nio import AsyncClient, RoomCreateResponse, RoomGetEventResponse, RoomSendR
 from bots.matrix import MatrixConnector
 from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
-from core.appkeys import CONNECTORS, SERVICE
+from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
 
@@ -404,3 +404,138 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(world: Wo
         assert done["response"] == {"port": 443, "env": "stable"}
         assert done["answered_by"] == f"matrix:{human.user_id}"
         await human.expect(room, is_reaction_on(good_id, "✅", bot), what="✅")
+
+
+# -- expiry and cancel ------------------------------------------------------------------
+
+
+async def test_expiry_and_cancel_edit_the_card_and_late_replies_are_told(world: World) -> None:
+    tag = uuid.uuid4().hex[:6]
+    human, room, bot = world.human, world.room_id, world.bot_id
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        short = await api.create(request_body(f"Quick one {tag}", timeout_seconds=1))
+        doomed = await api.create(request_body(f"Never mind {tag}"))
+        short_card = await human.expect(room, is_card(bot, f"Quick one {tag}"), what="the short card")
+        doomed_card = await human.expect(room, is_card(bot, f"Never mind {tag}"), what="the doomed card")
+
+        status, body = await api.call("POST", f"/v1/requests/{doomed['id']}/cancel")
+        assert status == 200 and body["status"] == "cancelled"
+        await human.expect(room, is_edit_of(doomed_card["event_id"], bot, "Cancelled"), what="the cancelled edit")
+        assert (await api.wait(short["id"], timeout=10))["status"] == "expired"
+        await human.expect(room, is_edit_of(short_card["event_id"], bot, "Expired"), what="the expired edit")
+
+        late_id = await human.reply(room, doomed_card, "too late?")
+        notice = await human.expect(room, is_notice_to(late_id, bot), what="the closed notice")
+        assert "closed already" in notice["content"]["body"] and "Cancelled" in notice["content"]["body"]
+        status, body = await api.call("GET", f"/v1/requests/{doomed['id']}")
+        assert body["status"] == "cancelled"
+
+
+# -- restart ------------------------------------------------------------------------
+
+
+class SmallTimelineConnector(MatrixConnector):
+    """Two events per sync: a few messages while down make the gap that must be paged in."""
+
+    timeline_limit = 2
+
+
+async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    tag = uuid.uuid4().hex[:6]
+    human, room, bot = world.human, world.room_id, world.bot_id
+    settings = world.settings()
+    async with running_app(settings, connector_classes=[SmallTimelineConnector]) as api:
+        await started(api)
+        first = await api.create(request_body(f"Before the restart {tag}"))
+        second = await api.create(request_body(f"Across the restart {tag}"))
+        first_card = await human.expect(room, is_card(bot, f"Before the restart {tag}"), what="card 1")
+        second_card = await human.expect(room, is_card(bot, f"Across the restart {tag}"), what="card 2")
+        first_reply = await human.reply(room, first_card, "first answer")
+        assert (await api.wait(first["id"], timeout=15))["response"] == "first answer"
+        await human.expect(room, is_reaction_on(first_reply, "✅", bot), what="✅ on the first answer")
+        await human.expect(room, is_edit_of(first_card["event_id"], bot, "Answered"), what="the first edit")
+
+    # While the bot is down: the answer, then more chatter than one sync returns.
+    second_reply = await human.reply(room, second_card, "second answer")
+    for n in range(4):
+        await human.send(room, {"msgtype": "m.text", "body": f"chatter {n}"})
+    await human.sync()
+    mark = len(human.seen)
+
+    # Synapse answers a repeated /sync (same user, token, filter and timeout) from a
+    # cache: the long-poll the first instance left behind would return just the
+    # first event of the gap. Another timeout makes the restarted bot see the gap.
+    restarted = world.settings(sync_timeout_ms=29000)
+    async with running_app(restarted, connector_classes=[SmallTimelineConnector]) as api:
+        await started(api)
+        done = await api.wait(second["id"], timeout=15)
+        assert done["status"] == "answered" and done["response"] == "second answer"
+        await human.expect(room, is_reaction_on(second_reply, "✅", bot), what="✅ on the second answer")
+        # Events are handled in order, so a replay of the first answer would show before this ✅.
+        after = [e for r, e in human.seen[mark:] if r == room and e.get("sender") == bot]
+        assert after, "the bot's reaction should be among the new events"
+        replayed = [e for e in after if first_reply in (_relates(e).get("event_id"),
+                                                        (_relates(e).get("m.in_reply_to") or {}).get("event_id"))]
+        assert replayed == []
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=first["id"])
+        assert [e["event"] for e in entries].count("answered") == 1
+        paged = [r for r in caplog.records if r.getMessage() == "matrix: paged in missed events"]
+        assert paged and paged[0].count >= 3  # the gap was longer than one sync's timeline
+
+
+# -- joining, power and encryption ---------------------------------------------------------
+
+
+async def test_invite_to_a_configured_room_is_joined_and_missing_redact_power_is_said(
+        synapse: SynapseServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    caplog.set_level(logging.INFO)
+    bot_id, bot_token, _ = synapse.register_user(unique_localpart("bot"), PASSWORD)
+    human = Human(synapse, "owner")
+    try:
+        created = await human.client.room_create(room_version="10")
+        assert isinstance(created, RoomCreateResponse), created
+        room = created.room_id
+        world = World(synapse, bot_id, bot_token, human, human, room, tmp_path)
+        async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+            await started(api)
+            assert f"cannot use room {room}" in caplog.text  # not invited yet: said, not hidden
+            invited = await human.client.room_invite(room, bot_id)
+            assert invited.__class__.__name__ == "RoomInviteResponse", invited
+            await human.expect(room, lambda e: e.get("type") == "m.room.member" and e.get("state_key") == bot_id
+                               and (e.get("content") or {}).get("membership") == "join", what="the bot joining")
+            secret = await api.create(request_body("Your PIN please", sensitive=True))
+            card = await human.expect(room, is_card(bot_id, "A sensitive request"), what="the sensitive card")
+            leaked = await human.reply(room, card, "4321")
+            pointer = await human.expect(room, is_notice_to(leaked, bot_id), what="the pointer")
+            assert "could not remove your message" in pointer["content"]["body"]
+            assert f"lacks the power to redact in room {room}" in caplog.text
+            status, body = await api.call("GET", f"/v1/requests/{secret['id']}")
+            assert body["status"] == "pending"
+    finally:
+        await human.client.close()
+
+
+async def test_encrypted_room_is_reported_at_start_and_gets_no_card(
+        synapse: SynapseServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    caplog.set_level(logging.INFO)
+    bot_id, bot_token, _ = synapse.register_user(unique_localpart("bot"), PASSWORD)
+    human = Human(synapse, "owner")
+    encryption = {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+    try:
+        created = await human.client.room_create(invite=[bot_id], initial_state=[encryption])
+        assert isinstance(created, RoomCreateResponse), created
+        world = World(synapse, bot_id, bot_token, human, human, created.room_id, tmp_path)
+        async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+            await started(api)
+            assert "end-to-end encrypted rooms are not supported" in caplog.text
+            assert f"room {created.room_id} is end-to-end encrypted" in caplog.text
+            request = await api.create(request_body("Anyone there?"))
+            await api.app[DISPATCHER].idle()
+            status, body = await api.call("GET", f"/v1/requests/{request['id']}", key=OPERATOR_KEY)
+            assert status == 200
+            assert [(d["status"], "end-to-end encrypted" in (d["last_error"] or "")) for d in body["deliveries"]] \
+                == [("failed", True)]
+    finally:
+        await human.client.close()
