@@ -15,7 +15,7 @@ import hmac
 import logging
 import re
 import warnings
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -39,7 +39,15 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-from telegram.ext import Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes, MessageHandler, filters
+from telegram.ext import (
+    Application,
+    ApplicationBuilder,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
 from telegram.warnings import PTBDeprecationWarning
 
 from core.api import RequestView
@@ -452,6 +460,7 @@ class TelegramConnector(Connector):
             await self._refuse_sensitive_reply(message, view, user_id)
             return
         if not self.may_answer(tenant_id, user_id):
+            # The shared refusal (journaled, nothing applied), before anything about the request is said.
             outcome = await self.submit_answer(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
                                                response=None)
             await self._reply(message, outcome.message, view)
@@ -515,8 +524,8 @@ class TelegramConnector(Connector):
                 minted = await self.service.mint_link(tenant_id=view.tenant_id, request_id=view.id,
                                                       principal="telegram:bot", recipient=f"telegram chat {chat_id}")
                 markup = InlineKeyboardMarkup([[InlineKeyboardButton("Open form", url=minted.url)]])
-        sent = await self._safe(self._app.bot.send_message(chat_id, notice, reply_markup=markup)
-                                if self._app else None)
+        assert self._app is not None  # updates arrive only once connected
+        sent = await self._safe(self._app.bot.send_message(chat_id, notice, reply_markup=markup))
         if sent is not None:
             await self.service.remember_message(channel=self.name, message_key=f"{chat_id}:{sent.message_id}",
                                                 tenant_id=view.tenant_id, request_id=view.id)
@@ -544,13 +553,11 @@ class TelegramConnector(Connector):
         await self._safe(query.answer(text, show_alert=alert))
 
     async def _safe(self, call: Any) -> Any:
-        """Send a courtesy message; a failure (or a rate limit beyond ten seconds) is logged, not raised."""
-        if call is None:
-            return None
+        """Send a courtesy message; a failure (a rate limit included) is logged, not raised."""
         try:
             return await call
         except RetryAfter as e:
-            self.log.warning("telegram rate limit on a notice; dropped after %.0fs", retry_seconds(e))
+            self.log.warning("telegram rate limit on a notice; dropped (retry after %.0fs)", retry_seconds(e))
         except TelegramError as e:
             self.log.warning("telegram notice failed: %s", _scrub(str(e), self.settings))
         return None

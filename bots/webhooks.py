@@ -13,7 +13,6 @@ does all three.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -170,7 +169,7 @@ class WebhookConnector(Connector):
                 await resp.read()
                 status = resp.status
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             raise ConnectorError(f"{event} to {host}: {type(e).__name__}") from e
         if 200 <= status < 300:
             self.log.info("webhook delivered", extra={"endpoint": endpoint.id, "event": event, "status": status})

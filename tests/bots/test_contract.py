@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import Api
+
 from tests.bots.contract import ConnectorDriver, load_drivers
 
 DRIVERS = load_drivers()

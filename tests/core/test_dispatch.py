@@ -161,8 +161,8 @@ async def test_attempts_are_capped(sqlite_url: str) -> None:
 async def test_error_text_is_redacted(sqlite_url: str) -> None:
     async with running_app(settings_from(base_config(sqlite_url)), connector_classes=[ScriptedConnector]) as api:
         connector = api.app[CONNECTORS]["scripted"]
-        connector.failures["t1"] = [ConnectorError("rejected Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz0123456789",
-                                                   permanent=True)]
+        leaky = "rejected Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz0123456789"
+        connector.failures["t1"] = [ConnectorError(leaky, permanent=True)]
         created = await api.create(question("d-6", ["scripted"]))
         await api.app[DISPATCHER].idle()
 
