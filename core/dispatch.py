@@ -55,11 +55,13 @@ class Dispatcher:
         self._resolved: dict[str, asyncio.Event] = {}
         self._withdrawing: set[int] = set()
         self._recover_lock = asyncio.Lock()
+        self._started_at = 0.0
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
+        self._started_at = self.service.clock()
         self.service.bus.add_listener(self._on_event)
         if self.connectors and self.recovery_interval > 0:
             self._timer(self._recovery_loop(), name="dispatch-recovery")
@@ -358,7 +360,9 @@ class Dispatcher:
 
     async def _recover(self, *, startup: bool) -> int:
         now = self.service.clock()
-        alone = not self.service.store.is_postgres
+        # One process on SQLite: at startup, anything from before this start was abandoned;
+        # what arrived since is this process's own (it may be committed but not yet published).
+        alone = not self.service.store.is_postgres and startup
         # A live instance touches a pending delivery at least every backoff_cap seconds.
         stale = 2 * self.backoff_cap + 30
         resumed = 0
@@ -375,21 +379,27 @@ class Dispatcher:
                     for target in connector.targets(tenant.id):
                         row = rows.get((channel, target))
                         if row is None:
-                            if not (alone and startup) and now - view.created_at < stale:
+                            if (view.created_at >= self._started_at if alone
+                                    else now - view.created_at < stale):
                                 continue  # its creator may be about to deliver it
                             delivery_id = await self.service.store.upsert_delivery(
                                 tenant_id=tenant.id, request_id=view.id, channel=channel, target=target, now=now)
                             self._spawn(view.id, self._deliver_one(connector, view, target, delivery_id))
                             resumed += 1
                         elif row["status"] == "pending":
-                            if not (alone and startup) and now - row["updated_at"] < stale:
+                            if (row["updated_at"] >= self._started_at if alone
+                                    else now - row["updated_at"] < stale):
                                 continue
                             self._spawn(view.id, self._deliver_one(connector, view, target, row["id"],
                                                                    first_attempt=row["attempts"] + 1))
                             resumed += 1
-                        elif row["status"] == "sent" and row["reminded_at"] is None:
-                            after = connector.remind_after()
-                            if after and now - row["updated_at"] >= after + (0 if alone and startup else stale):
+                        elif row["status"] == "sent" and row["reminded_at"] is None and connector.remind_after():
+                            due = row["updated_at"] + (connector.remind_after() or 0)
+                            if alone:
+                                overdue = row["updated_at"] < self._started_at and now >= due
+                            else:
+                                overdue = now >= due + stale
+                            if overdue:
                                 self._spawn(view.id, self._remind_one(connector, view, target, row["id"]))
                                 resumed += 1
         if resumed:
