@@ -32,7 +32,13 @@
   });
   var form = document.querySelector("form[data-answer]");
   if (form) {
-    form.addEventListener("submit", function () {
+    // A page restored from the back/forward cache may be sent again (the server says if it is too late).
+    window.addEventListener("pageshow", function () { form.removeAttribute("data-sent"); });
+    form.addEventListener("submit", function (event) {
+      // A double click would send twice; the second would win the page and show "link used"
+      // although the first was accepted. (Disabling the button would drop its Approve/Reject value.)
+      if (form.getAttribute("data-sent")) { event.preventDefault(); return; }
+      form.setAttribute("data-sent", "1");
       document.querySelectorAll("input[data-offset-for]").forEach(function (hidden) {
         var input = document.getElementById(hidden.getAttribute("data-offset-for"));
         if (!input || !input.value) { return; }

@@ -6,6 +6,7 @@ Screenshots at phone and desktop widths land in test-artifacts/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -302,3 +303,44 @@ async def test_a_used_link_shows_a_plain_page(page: Any, tmp_path: Path) -> None
         assert response is not None and response.status == 410
         assert "This link was used already" in await page.text_content("main")
         assert json.dumps((await app.wait(request["id"]))["response"]) == "3"
+
+
+async def test_a_second_click_while_sending_sends_nothing_more(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        request = await app.ask({"type": "string"})
+        url = await app.link(request["id"])
+        posts: list[str] = []
+        first_post_held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_network(route: Any) -> None:
+            # Hold the first POST, as a slow connection would, while the human clicks again.
+            if route.request.method == "POST":
+                posts.append(route.request.url)
+                first_post_held.set()
+                await release.wait()
+            await route.continue_()
+
+        await page.route(url, slow_network)
+        await page.goto(url)
+        await page.fill('textarea[name="answer"]', "once")
+        box = await page.locator("button[type=submit]").bounding_box()
+        assert box is not None
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        await page.mouse.click(x, y)
+        await asyncio.wait_for(first_post_held.wait(), timeout=5)
+        # The raw mouse, not page.click: a human's second click does not wait for the navigation.
+        await asyncio.wait_for(page.mouse.click(x, y), timeout=5)
+        # Waiting for something that must not happen (a second POST) has no event to await:
+        # a short bound gives an unguarded form time to send it before the first answer returns.
+        await asyncio.sleep(0.3)
+        release.set()
+        await expect_text(page, "main", "Thank you, your answer was sent")
+        assert posts == [url]
+        assert (await app.wait(request["id"]))["response"] == "once"
+
+
+async def expect_text(page: Any, selector: str, text: str) -> None:
+    from playwright.async_api import expect
+
+    await expect(page.locator(selector)).to_contain_text(text, timeout=5000)
