@@ -9,7 +9,7 @@ service, whose validator is the API's. Links are minted on demand
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ConfigDict
@@ -19,10 +19,12 @@ from core.config import Settings
 from core.connectors import Connector
 from core.errors import ConnectorError, HandraiseError, InvalidAnswerError
 from core.schema import FieldError
-from core.service import RequestService
 from webforms.csrf import csrf_token, csrf_valid
 from webforms.pages import STATIC_ROUTE, Pages, page_response
 from webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
+
+if TYPE_CHECKING:
+    from core.service import RequestService
 
 __all__ = ["WebFormsConnector", "WebFormsSettings"]
 
@@ -32,8 +34,7 @@ log = logging.getLogger(__name__)
 _OUTCOME_BY_CODE = {
     "not_found": "not_found",
     "link_used": "link_used",
-    # AlreadyAnsweredGone from open_link (410), or AlreadyAnsweredError (409) from a race lost
-    # to another channel: to the human holding the link both mean the same, 410.
+    # AlreadyAnsweredGone (410): the question was answered through another link or channel.
     "already_answered": "already_answered",
     "expired": "expired",
     "cancelled": "cancelled",
