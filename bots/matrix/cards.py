@@ -249,6 +249,10 @@ def outcome_text(request: RequestView) -> str:
     return "Still waiting for an answer."
 
 
+def reminder_text(request: RequestView) -> str:
+    return f"⏰ Reminder: this request is still waiting for an answer (answer by {_when(request.expires_at)})."
+
+
 def outcome_content(request: RequestView, *, card_event_id: str) -> dict[str, Any]:
     """An ``m.replace`` edit of the card: the question stays, the table and link go, the outcome shows."""
     outcome = outcome_text(request)

@@ -47,6 +47,7 @@ from bots.matrix.cards import (
     outcome_text,
     reaction_content,
     reaction_vote,
+    reminder_text,
     takes_reactions,
     thread_notice,
 )
@@ -364,8 +365,7 @@ class MatrixConnector(Connector):
             await self.deliver(request, target=target)
             return
         await self._ensure_connected()
-        content = thread_notice([f"⏰ Still waiting for an answer to this request ({outcome_text(request)})"],
-                                card_event_id=card_id, reply_to=card_id, mention=None)
+        content = thread_notice([reminder_text(request)], card_event_id=card_id, reply_to=card_id, mention=None)
         await self._send(room_id, "m.room.message", content, what=f"remind in {room_id}")
 
     # -- the sync loop --------------------------------------------------------------
@@ -410,7 +410,8 @@ class MatrixConnector(Connector):
         await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
         return response.next_batch
 
-    async def _handle_sync(self, response: SyncResponse, *, since: str | None, newer_than_ms: int | None = None) -> None:
+    async def _handle_sync(self, response: SyncResponse, *, since: str | None,
+                           newer_than_ms: int | None = None) -> None:
         for room_id in response.rooms.invite:
             if room_id in self._room_tenant:
                 self.log.info("matrix: invited to a configured room; joining", extra={"room_id": room_id})
@@ -432,9 +433,13 @@ class MatrixConnector(Connector):
                 try:
                     await self._handle_event(room_id, source)
                 except ConnectorError as e:
-                    # The answer itself is stored; only a reply to the human failed.
+                    # What was submitted is stored; only a reply to the human failed.
                     self.log.warning("matrix: could not respond to an event (%s)", e.message,
                                      extra={"room_id": room_id})
+                except Exception:
+                    # One event that cannot be handled must not stall every room's answers
+                    # behind it; the human sees no ✅ and can answer again.
+                    self.log.exception("matrix: failed to handle an event", extra={"room_id": room_id})
 
     async def _backfill(self, room_id: str, *, start: str, until: str) -> list[dict[str, Any]]:
         """Events between our last position and a limited timeline, oldest first."""

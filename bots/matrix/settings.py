@@ -52,7 +52,7 @@ class MatrixSettings(BaseModel):
     # Folder for the session a password login creates (reused at the next start).
     store_path: str | None = None
     # How long one /sync long-poll waits for new events on the homeserver.
-    sync_timeout_ms: int = Field(default=30000, ge=0, le=300000)
+    sync_timeout_ms: int = Field(default=30000, ge=1000, le=300000)
     remind_after_seconds: int | None = Field(default=None, ge=1)
     tenants: dict[str, MatrixTenantSettings] = Field(min_length=1)
 

@@ -8,6 +8,7 @@ the server's default (12, where the creator's power is implicit).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -198,6 +199,7 @@ class World:
         section = {"homeserver": self.synapse.base_url, "user_id": self.bot_id, "access_token": self.bot_token,
                    "tenants": {"acme": {"room_ids": [self.room_id], "allowed_users": [self.human.user_id]}}}
         section.update(matrix)
+        section = {key: value for key, value in section.items() if value is not None}
         url = storage_url or f"sqlite:///{self.tmp_path / 'handraise.db'}"
         return settings_from(base_config(url, matrix=section))
 
@@ -428,9 +430,14 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
 async def test_expiry_and_cancel_edit_the_card_and_late_replies_are_told(world: World) -> None:
     tag = uuid.uuid4().hex[:6]
     human, room, bot = world.human, world.room_id, world.bot_id
-    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+    async with running_app(world.settings(remind_after_seconds=1), connector_classes=[MatrixConnector]) as api:
         await started(api)
         short = await api.create(request_body(f"Quick one {tag}", timeout_seconds=1))
+        await api.create(request_body(f"Take your time {tag}"))
+        slow_card = await human.expect(room, is_card(bot, f"Take your time {tag}"), what="the slow card")
+        reminder = await human.expect(room, lambda e: is_notice_to(slow_card["event_id"], bot)(e)
+                                      and "Reminder" in e["content"]["body"], what="the reminder")
+        assert _relates(reminder)["event_id"] == slow_card["event_id"]  # in the card's thread
         doomed = await api.create(request_body(f"Never mind {tag}"))
         short_card = await human.expect(room, is_card(bot, f"Quick one {tag}"), what="the short card")
         doomed_card = await human.expect(room, is_card(bot, f"Never mind {tag}"), what="the doomed card")
@@ -560,3 +567,83 @@ async def test_encrypted_room_is_reported_at_start_and_gets_no_card(
             await until(lambda: "received an encrypted message" in caplog.text, what="the unreadable report")
     finally:
         await human.client.close()
+
+
+# -- password login and the store ------------------------------------------------------
+
+
+async def test_password_login_is_kept_in_store_path_and_renewed_when_revoked(world: World) -> None:
+    store = world.tmp_path / "matrix-store"
+    settings = world.settings(access_token=None, password=PASSWORD, device_id="HANDRAISETEST",
+                              store_path=str(store))
+    async with running_app(settings, connector_classes=[MatrixConnector]) as api:
+        connector = await started(api)
+        first_token = connector.client.access_token
+        assert first_token and first_token != world.bot_token
+        assert connector.client.device_id == "HANDRAISETEST"
+    (saved,) = store.glob("session-*.json")
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert json.loads(saved.read_text())["access_token"] == first_token
+
+    async with running_app(settings, connector_classes=[MatrixConnector]) as api:
+        connector = await started(api)
+        assert connector.client.access_token == first_token  # reused: no new login
+
+        # Log that session out: the next start logs in again and keeps the new session.
+        assert (await connector.client.logout()).__class__.__name__ == "LogoutResponse"
+    async with running_app(settings, connector_classes=[MatrixConnector]) as api:
+        connector = await started(api)
+        renewed = connector.client.access_token
+        assert renewed and renewed != first_token
+        assert json.loads(saved.read_text())["access_token"] == renewed
+        created = await api.create(request_body("Still listening?", schema={"type": "boolean"}))
+        card = await world.human.expect(world.room_id, is_card(world.bot_id, "Still listening?"), what="card")
+        await world.human.react(world.room_id, card["event_id"], THUMBS_UP)
+        assert (await api.wait(created["id"], timeout=15))["response"] is True
+
+
+# -- several instances on PostgreSQL --------------------------------------------------------
+
+
+class QuickFollower(MatrixConnector):
+    follower_poll_seconds = 0.2
+
+
+async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: World, pg_url: str) -> None:
+    human, room, bot = world.human, world.room_id, world.bot_id
+    settings = world.settings(storage_url=pg_url)
+    first_cm = running_app(settings, connector_classes=[QuickFollower], instance_id="first")
+    first = await first_cm.__aenter__()
+    second_cm = running_app(settings, connector_classes=[QuickFollower], instance_id="second")
+    try:
+        leader = await started(first)
+        second = await second_cm.__aenter__()
+        follower = second.app[CONNECTORS]["matrix"]
+        assert not await second.app[SERVICE].leadership("matrix-sync")
+
+        one = await first.create(request_body("Answered while both run"))
+        two = await first.create(request_body("Answered after the leader left"))
+        card_one = await human.expect(room, is_card(bot, "Answered while both run"), what="card one")
+        card_two = await human.expect(room, is_card(bot, "Answered after the leader left"), what="card two")
+        reply_one = await human.reply(room, card_one, "one")
+        assert (await second.wait(one["id"], timeout=15))["response"] == "one"
+        await human.expect(room, is_reaction_on(reply_one, "✅", bot), what="✅ on one")
+        assert leader.synced.is_set() and not follower.synced.is_set()
+
+        await first_cm.__aexit__(None, None, None)
+        first_cm = None
+        await asyncio.wait_for(follower.synced.wait(), timeout=15)
+        reply_two = await human.reply(room, card_two, "two")
+        done = await second.wait(two["id"], timeout=15)
+        assert done["response"] == "two" and done["answered_by"] == f"matrix:{human.user_id}"
+        await human.expect(room, is_reaction_on(reply_two, "✅", bot), what="✅ on two")
+        await human.expect(room, is_edit_of(card_two["event_id"], bot, "Answered"), what="card two edited")
+        # Each answer was handled by exactly one instance: one ✅ each, no "closed already" notices.
+        ticks = [e for r, e in human.seen if r == room and e.get("type") == "m.reaction" and e.get("sender") == bot]
+        assert sorted(_relates(e)["event_id"] for e in ticks) == sorted([reply_one, reply_two])
+        assert not [e for r, e in human.seen if r == room and "closed already" in
+                    (e.get("content") or {}).get("body", "")]
+    finally:
+        await second_cm.__aexit__(None, None, None)
+        if first_cm is not None:
+            await first_cm.__aexit__(None, None, None)
