@@ -257,7 +257,7 @@ def _attrs(spec: FieldSpec, control: str) -> dict[str, str]:
         if widget in _MASKED_PLACEHOLDER:
             attrs["placeholder"] = _MASKED_PLACEHOLDER[widget]
     if control == "textarea":
-        attrs["rows"] = "5" if (spec.max_length or 0) > 200 or spec.name in ("", "reason") else "3"
+        attrs["rows"] = "5"
     return attrs
 
 
