@@ -69,6 +69,10 @@ class WebFormsConnector(Connector):
     def targets(self, tenant_id: str) -> list[str]:
         return []
 
+    def serves(self, tenant_id: str) -> bool:
+        # Every tenant may reach a human through a link, though the channel posts nowhere itself.
+        return True
+
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
         raise ConnectorError("the web channel has no targets", permanent=True)
 

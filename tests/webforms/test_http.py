@@ -513,6 +513,7 @@ async def test_the_web_channel_posts_nowhere(web: Api) -> None:
     connector = web.app[CONNECTORS]["web"]
     assert isinstance(connector, WebFormsConnector)
     assert connector.targets("acme") == []
+    assert connector.serves("acme") and connector.serves("globex")
     request = await ask(web, channels=["web"])
     view = await web.app[SERVICE].get(tenant_id="acme", request_id=request["id"])
     with pytest.raises(ConnectorError) as raised:
