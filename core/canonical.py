@@ -7,8 +7,11 @@ idempotency comparisons do not depend on key order or number spelling.
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import rfc8785
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CanonicalizationError", "answer_sha256", "canonical_bytes", "canonical_json"]
 

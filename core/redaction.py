@@ -21,9 +21,12 @@ What counts as secret-shaped, and what deliberately does not:
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import Counter
+
+log = logging.getLogger(__name__)
 
 __all__ = ["REDACTED", "redact", "redact_value"]
 

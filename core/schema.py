@@ -14,6 +14,13 @@ Decisions worth knowing:
   is not ``javascript:``/``data:``/``vbscript:`` and, for http(s)/ftp, names a host.
 * Messages never quote the submitted value: a sensitive answer must not leak
   through an error message.
+* Kinds: "input" (any schema in the subset, or none for free text),
+  "approval" (always ``APPROVAL_SCHEMA``), "choice" (a string enum or boolean,
+  answered with buttons).
+* Patterns must compile with Python ``re``, and the classic catastrophic shape
+  ``(a+)+`` is refused, since ``re`` has no timeout.
+* Coercion of chat text never raises: unreadable text stays text and the
+  validator's message tells the human what is wrong.
 * ``parse_field_lines``: a line ``name: value`` starts a field when ``name``
   matches a property name or title; a following line that does not start like
   ``key:`` continues the previous value (multi-line text). A ``key:`` line whose
@@ -29,7 +36,8 @@ import logging
 import math
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +50,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "APPROVAL_SCHEMA",
+    "FORMAT_CHECKER",
     "FORMATS",
     "KINDS",
     "MAX_FIELDS",
@@ -96,6 +105,7 @@ _OBJECT_KEYWORDS = frozenset({"type", "properties", "required", "additionalPrope
 _MULTI_KEYWORDS = frozenset({"type", "items", "minItems", "maxItems", "uniqueItems"})
 _RANGE_KEYWORDS = frozenset({"type", "items", "minItems", "maxItems"})
 _MAX_NAME_LENGTH = 100
+_NESTED_REPEAT = re.compile(r"\((?:\\.|[^()\\])*(?<!\\)[+*]\)(?:[+*]|\{\d*,)")
 # A plain string longer than this is answered in a text area rather than a line.
 _TEXTAREA_FROM = 200
 
@@ -356,6 +366,10 @@ def _check_string(node: dict, loc: str) -> None:
             re.compile(pattern)
         except (re.error, RecursionError, OverflowError) as e:
             raise _fail(loc, f"pattern does not compile: {e}") from None
+        # Python's re has no timeout: "(a+)+" against "aaaa…b" would stall the
+        # event loop for every tenant. Refuse the classic shape outright.
+        if _NESTED_REPEAT.search(pattern):
+            raise _fail(loc, "pattern repeats a repetition, like (a+)+, which can take exponential time")
     if "format" in node and node["format"] not in FORMATS:
         raise _fail(loc, f"format {node['format']!r} is not supported; use one of: {', '.join(FORMATS)}")
 
@@ -672,7 +686,7 @@ class FieldSpec:
     max_length: int | None = None
     pattern: str | None = None
     masked: bool = False
-    default: Any = field(default=None, hash=False, compare=False)
+    default: Any = dataclass_field(default=None, hash=False, compare=False)
     exclusive_minimum: int | float | None = None
     exclusive_maximum: int | float | None = None
     multiple_of: int | float | None = None
@@ -953,7 +967,7 @@ def _to_choices(choices: tuple[str, ...], value: str) -> list[str]:
     whole = _match_choice(choices, value)
     if whole in choices:
         return [whole]
-    return [_match_choice(choices, part) for part in re.split(r"\s*[,;\n]\s*", value) if part.strip()]
+    return [_match_choice(choices, part.strip()) for part in re.split(r"[,;\n]", value) if part.strip()]
 
 
 def _to_date(value: str) -> str:
@@ -1032,7 +1046,9 @@ def _coerce_approval(schema: dict, text: str) -> object:
 
 # --------------------------------------------------------------------------- field lines
 
-_KEY_LINE = re.compile(r"^\s*(?P<key>[^:\n]{1,80}?)\s*:(?!//)[ \t]?(?P<value>.*)$")
+# The key starts with a non-space so the leading \s* cannot trade characters
+# with it: a line of spaces must not cost quadratic backtracking.
+_KEY_LINE = re.compile(r"^\s*(?P<key>[^:\s][^:\n]{0,79}?)[ \t]*:(?!//)[ \t]?(?P<value>.*)$")
 _KEYISH = re.compile(r"[-*•\s]*\**[^\W\d][\w .\-]{0,39}\**")
 _MAX_LINE_ERRORS = 10
 
