@@ -74,7 +74,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
         await http.close()
         raise
     app[CONNECTORS] = connectors
-    service.channels = set(connectors) | {"web"}
+    service.channel_serves.update({name: c.serves for name, c in connectors.items() if name != "web"})
     app[DISPATCHER] = Dispatcher(service=service, connectors=connectors)
 
     app.cleanup_ctx.append(_store_ctx)

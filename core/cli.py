@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 import time
 import uuid
@@ -49,25 +50,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 request = request.clone(rel_url=re.sub(r"^/f/[^/?]+", "/f/<token>", request.rel_url.path))
             super().log(request, response, time)
 
-    async def build() -> web.Application:
-        app = await create_app(settings)
-        app.on_startup.append(_announce)
-        return app
-
-    async def _announce(app: web.Application) -> None:
+    async def run() -> None:
         from core.appkeys import KEYRING, STORE
 
-        stored = await app[STORE].list_api_keys()
-        where = f"http://{settings.server.host}:{settings.server.port}"
-        print(f"handraise: serving on {where} (storage: {_safe_url(settings.storage.url)})", flush=True)
-        if app[KEYRING].empty and not stored:
-            tenant = settings.tenants[0].id
-            print("handraise: no API keys yet. Create one for an agent and one for a human operator:\n"
-                  f"  handraise keys create --tenant {tenant} --scopes ask\n"
-                  f"  handraise keys create --tenant {tenant} --scopes answer,read", flush=True)
+        app = await create_app(settings)
+        runner = web.AppRunner(app, access_log_class=TokenSafeAccessLogger, shutdown_timeout=5)
+        await runner.setup()  # runs the cleanup contexts' start: store, listener, sweeper, connectors
+        try:
+            site = web.TCPSite(runner, settings.server.host, settings.server.port)
+            await site.start()
+            # Announced only once the socket listens, so "serving" is true when read.
+            stored = await app[STORE].list_api_keys()
+            host, port = runner.addresses[0][:2] if runner.addresses else (settings.server.host, settings.server.port)
+            where = f"http://{host}:{port}"
+            print(f"handraise: serving on {where} (storage: {_safe_url(settings.storage.url)})", flush=True)
+            if app[KEYRING].empty and not stored:
+                tenant = settings.tenants[0].id
+                print("handraise: no API keys yet. Create one for an agent and one for a human operator:\n"
+                      f"  handraise keys create --tenant {tenant} --scopes ask\n"
+                      f"  handraise keys create --tenant {tenant} --scopes answer,read", flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
 
-    web.run_app(build(), host=settings.server.host, port=settings.server.port, print=None,
-                access_log_class=TokenSafeAccessLogger, shutdown_timeout=5)
+    asyncio.run(run())
     return 0
 
 

@@ -116,8 +116,8 @@ class TenantSettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     name: str | None = None
     keys: list[KeySettings] = Field(default_factory=list)
-    # Channels a request goes to when it names none.
-    default_channels: list[str] = Field(default_factory=lambda: ["web"])
+    # Channels a request goes to when it names none; absent: every enabled channel serving this tenant.
+    default_channels: list[str] | None = None
 
 
 class Settings(_Section):

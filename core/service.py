@@ -68,8 +68,9 @@ class RequestService:
         self.bus = bus
         self.clock = clock
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
-        # Channel names that exist (enabled connectors); set by the app at start.
-        self.channels: set[str] = {"web"}
+        # Which enabled channels serve which tenant; the app fills this in from its connectors.
+        # The web channel (hosted forms) serves everyone.
+        self.channel_serves: dict[str, Callable[[str], bool]] = {"web": lambda _tenant: True}
         bus.register_loader(REQUEST_CREATED, self._load_event_data)
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.add_listener(self._wake_on_event)
@@ -100,13 +101,20 @@ class RequestService:
             )
         effective = check_schema(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
                                  max_bytes=limits.max_schema_bytes)
+        available = self.channels_for(tenant_id)
         tenant = self.settings.tenant(tenant_id)
-        channels = body.channels if body.channels is not None else (tenant.default_channels if tenant else ["web"])
-        unknown = [c for c in channels if c not in self.channels]
+        if body.channels is not None:
+            channels = body.channels
+        elif tenant is not None and tenant.default_channels is not None:
+            channels = tenant.default_channels
+        else:
+            channels = available
+        unknown = [c for c in channels if c not in available]
         if unknown:
             raise ValidationFailedError(
-                f"unknown channel(s): {', '.join(unknown)}; enabled: {', '.join(sorted(self.channels))}",
-                details=[{"field": "channels", "message": f"unknown channel {c!r}"} for c in unknown],
+                f"channel(s) {', '.join(unknown)} do not serve this tenant; available: {', '.join(available)}",
+                details=[{"field": "channels", "message": f"channel {c!r} does not serve this tenant"}
+                         for c in unknown],
             )
         channels = list(dict.fromkeys(channels))
         body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()
@@ -114,7 +122,8 @@ class RequestService:
         row = {
             "id": new_id("req"), "tenant_id": tenant_id, "unique_id": body.unique_id, "body_sha256": body_sha,
             "message_for_user": body.message_for_user,
-            "form_schema_json": canonical_json(effective) if effective is not None else None,
+            # Stored as given, not canonicalised: property order is the order humans see the fields in.
+            "form_schema_json": json.dumps(effective, ensure_ascii=False) if effective is not None else None,
             "kind": body.kind, "sensitive": body.sensitive, "run_id": body.run_id,
             "channels_json": json.dumps(channels), "status": "pending", "created_by": principal,
             "created_at": now, "expires_at": now + timeout,
@@ -147,6 +156,10 @@ class RequestService:
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
         self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id))
         return view, True
+
+    def channels_for(self, tenant_id: str) -> list[str]:
+        """The enabled channels that deliver this tenant's requests."""
+        return sorted(name for name, serves in self.channel_serves.items() if serves(tenant_id))
 
     # -- read ------------------------------------------------------------------
 
