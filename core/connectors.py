@@ -66,6 +66,24 @@ _OUTCOME_TEXT = {
 }
 
 
+class Backoff:
+    """Capped, jittered exponential delays: the one retry and reconnect policy (connectors and dispatcher)."""
+
+    def __init__(self, *, initial: float, cap: float) -> None:
+        self.initial = initial
+        self.cap = cap
+        self._delay = initial
+
+    def next(self) -> float:
+        """The next pause: between half and all of the current delay, which then doubles up to the cap."""
+        pause = self._delay * (0.5 + random.random() / 2)
+        self._delay = min(self._delay * 2, self.cap)
+        return pause
+
+    def reset(self) -> None:
+        self._delay = self.initial
+
+
 class Connector(ABC):
     """One channel. Subclasses set ``name`` and ``settings_model`` and implement deliver/withdraw."""
 
@@ -134,16 +152,16 @@ class Connector(ABC):
 
     async def retry(self, step: Callable[[], Awaitable[T]], *, what: str) -> T:
         """Call ``step`` until it succeeds, with the same capped, jittered backoff; return its result."""
-        delay = self.backoff_initial
+        backoff = Backoff(initial=self.backoff_initial, cap=self.backoff_cap)
         while True:
             try:
                 return await step()
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                self.log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, delay)
-            await asyncio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, self.backoff_cap)
+                pause = backoff.next()
+                self.log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, pause)
+            await asyncio.sleep(pause)
 
     def spawn(self, coro: Awaitable[Any], *, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
@@ -153,17 +171,16 @@ class Connector(ABC):
 
     async def run_forever(self, step: Callable[[], Awaitable[None]], *, what: str) -> None:
         """Run ``step`` again whenever it returns or fails, after a capped, jittered backoff."""
-        delay = self.backoff_initial
+        backoff = Backoff(initial=self.backoff_initial, cap=self.backoff_cap)
         while True:
             try:
                 await step()
-                delay = self.backoff_initial
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                self.log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, delay)
-            await asyncio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, self.backoff_cap)
+                self.log.warning("%s failed (%s)", what, type(e).__name__)
+            await asyncio.sleep(backoff.next())
 
     # -- routing ---------------------------------------------------------------
 

@@ -14,12 +14,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 from collections.abc import Coroutine
 from typing import Any
 
 from core.api import RequestView
-from core.connectors import Connector
+from core.connectors import Backoff, Connector
 from core.errors import ConnectorError, NotFoundError
 from core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
 from core.redaction import redact
@@ -148,8 +147,8 @@ class Dispatcher:
         except TimeoutError:
             return False
 
-    def _backoff(self, delay: float) -> float:
-        return delay * (0.5 + random.random() / 2)
+    def _backoff(self) -> Backoff:
+        return Backoff(initial=self.backoff_initial, cap=self.backoff_cap)
 
     # -- delivery --------------------------------------------------------------
 
@@ -172,7 +171,7 @@ class Dispatcher:
     async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                            *, first_attempt: int = 1) -> None:
         store = self.service.store
-        delay = self.backoff_initial
+        backoff = self._backoff()
         attempt = first_attempt - 1
         while True:
             attempt += 1
@@ -203,9 +202,8 @@ class Dispatcher:
                                                       "attempt": attempt, "final": final, "error": message[:200]})
                 if final:
                     return
-                wait = error.retry_after if error.retry_after is not None else self._backoff(delay)
-                delay = min(delay * 2, self.backoff_cap)
-                await self._pause(view.id, wait)
+                pause = backoff.next()
+                await self._pause(view.id, error.retry_after if error.retry_after is not None else pause)
                 continue
             ref = ref or {}
             await store.update_delivery(delivery_id, status="sent", attempts=attempt, last_error=None,
@@ -296,7 +294,7 @@ class Dispatcher:
             if row["ref_json"]:
                 ref = json.loads(row["ref_json"])  # the freshest, with any reminder refs
             refs = [_main_ref(ref), *ref.get(REMINDER_REFS, [])]
-            delay = self.backoff_initial
+            backoff = self._backoff()
             for attempt in range(1, self.withdraw_attempts + 1):
                 try:
                     for one in refs:
@@ -316,9 +314,8 @@ class Dispatcher:
                                                           "attempt": attempt, "error": message[:200]})
                     if final:
                         return
-                    wait = error.retry_after if error.retry_after is not None else self._backoff(delay)
-                    delay = min(delay * 2, self.backoff_cap)
-                    await asyncio.sleep(wait)
+                    pause = backoff.next()
+                    await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
                     continue
                 await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
                 await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,

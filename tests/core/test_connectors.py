@@ -28,7 +28,7 @@ class PlainConnector(Connector):
     backoff_cap = 0.04
 
     def targets(self, tenant_id: str) -> list[str]:
-        return []
+        return ["the-room"]
 
     def may_answer(self, tenant_id: str, user_id: str) -> bool:
         return user_id == "ok-user"
