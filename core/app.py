@@ -100,6 +100,7 @@ def _mount(app: web.Application, connector: Connector, settings: Settings) -> No
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[STORE].open()
     yield
+    await app[SERVICE].drain()
     await app[HTTP_SESSION].close()
     await app[STORE].close()
 

@@ -74,6 +74,8 @@ class LimitsSettings(_Section):
     max_schema_fields: int = Field(default=20, ge=1, le=20)
     max_schema_bytes: int = Field(default=8192, ge=256, le=8192)
     max_message_chars: int = Field(default=8000, ge=1)
+    # A sensitive answer no agent collected is deleted this long after it arrived.
+    sensitive_retention_seconds: int = Field(default=3600, ge=1)
     # How often the sweeper looks for overdue requests.
     sweep_interval_seconds: float = Field(default=1.0, gt=0, le=60)
 

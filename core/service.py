@@ -68,6 +68,7 @@ class RequestService:
         self.bus = bus
         self.clock = clock
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self._purges: set[asyncio.Task[None]] = set()
         # Which enabled channels serve which tenant; the app fills this in from its connectors.
         # The web channel (hosted forms) serves everyone.
         self.channel_serves: dict[str, Callable[[str], bool]] = {"web": lambda _tenant: True}
@@ -355,11 +356,19 @@ class RequestService:
         return won
 
     async def sweep(self) -> int:
-        """Expire every overdue request; the store stays true even when nobody waits."""
+        """Expire every overdue request; the store stays true even when nobody waits.
+
+        Also deletes sensitive answers no agent collected within ``limits.sensitive_retention_seconds``.
+        """
         count = 0
         for request_id, tenant_id in await self.store.overdue_requests(self.clock()):
             if await self.expire(tenant_id=tenant_id, request_id=request_id):
                 count += 1
+        cutoff = self.clock() - self.settings.limits.sensitive_retention_seconds
+        for request_id, tenant_id in await self.store.uncollected_sensitive(resolved_before=cutoff):
+            row = await self.store.get_request(tenant_id, request_id)
+            if row is not None:
+                await self._purge(RequestView.from_row(row), reason="retention")
         return count
 
     async def run_sweeper(self, interval: float) -> None:
@@ -374,16 +383,30 @@ class RequestService:
 
     # -- handing the answer to the agent ---------------------------------------
 
-    async def response_delivered(self, view: RequestView) -> None:
-        """The agent has the answer: a sensitive one is deleted now, and leaves the disk."""
+    def response_delivered(self, view: RequestView) -> None:
+        """The agent has the answer: a sensitive one is deleted now, and leaves the disk.
+
+        Runs as a task of its own, so a handler cancelled at shutdown cannot skip it;
+        ``drain`` waits for every such task before the store closes.
+        """
         if not (view.sensitive and view.has_response):
             return
+        task = asyncio.get_running_loop().create_task(self._purge(view, reason="delivered"))
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
+
+    async def drain(self) -> None:
+        """Finish the deletions under way (called before the store closes)."""
+        while self._purges:
+            await asyncio.gather(*list(self._purges), return_exceptions=True)
+
+    async def _purge(self, view: RequestView, *, reason: str) -> None:
         if await self.store.purge_response(request_id=view.id, tenant_id=view.tenant_id):
             async with self.store.transaction() as conn:
                 await self.store.append_journal(conn, tenant_id=view.tenant_id, event="response_deleted",
-                                                request_id=view.id, run_id=view.run_id)
+                                                request_id=view.id, run_id=view.run_id, data={"reason": reason})
             await self.store.checkpoint()
-            log.info("sensitive response deleted after delivery", extra={"request_id": view.id})
+            log.info("sensitive response deleted", extra={"request_id": view.id, "reason": reason})
 
     # -- links -----------------------------------------------------------------
 

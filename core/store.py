@@ -252,6 +252,14 @@ class Store:
         async with self.reader() as conn:
             return [(r.id, r.tenant_id) for r in await conn.execute(stmt)]
 
+    async def uncollected_sensitive(self, *, resolved_before: float, limit: int = 500) -> list[tuple[str, str]]:
+        stmt = (select(requests_t.c.id, requests_t.c.tenant_id)
+                .where(and_(requests_t.c.sensitive.is_(True), requests_t.c.response_json.is_not(None),
+                            requests_t.c.resolved_at < resolved_before))
+                .limit(limit))
+        async with self.reader() as conn:
+            return [(r.id, r.tenant_id) for r in await conn.execute(stmt)]
+
     async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
         async with self.transaction() as conn:
             result = await conn.execute(

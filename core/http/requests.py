@@ -37,7 +37,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()
-        await request.app[SERVICE].response_delivered(view)
+        request.app[SERVICE].response_delivered(view)
     return response
 
 

@@ -138,8 +138,16 @@ async def test_sensitive_answer_is_deleted_on_postgres_too(pg_url: str) -> None:
         req = await api.create(body("otp-pg", sensitive=True))
         await api.submit("otp-pg", SECRET)
         assert (await api.wait(req["id"]))["response"] == SECRET
-        row = await api.app[STORE].get_request("acme", req["id"])
-        assert row["response_json"] is None and row["response_purged"]
+    # The server has finished every handler (the deletion follows the response's last byte).
+    from core.store import Store
+
+    store = Store(url=pg_url)
+    await store.open()
+    try:
+        row = await store.get_request("acme", req["id"])
+    finally:
+        await store.close()
+    assert row["response_json"] is None and row["response_purged"]
 
 
 # -- journal ----------------------------------------------------------------------
@@ -222,3 +230,24 @@ async def test_racing_instances_have_one_winner(pg_url: str) -> None:
         await a.create(body("race2"))
         results = await asyncio.gather(*[(a if i % 2 else b).submit("race2", f"v{i}") for i in range(20)])
         assert [s for s, _ in results].count(200) == 1
+
+
+async def test_uncollected_sensitive_answer_is_deleted_after_the_retention(tmp_path: Path) -> None:
+    config = base_config(f"sqlite:///{tmp_path / 'r.db'}", limits={"sweep_interval_seconds": 0.05,
+                                                                  "sensitive_retention_seconds": 1})
+    async with running_app(settings_from(config)) as api:
+        req = await api.create(body("never-collected", sensitive=True))
+        await api.submit("never-collected", SECRET)
+        store = api.app[STORE]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (row := await store.get_request("acme", req["id"]))["response_json"] is not None:
+            assert loop.time() < deadline, "the sweeper never deleted the uncollected answer"
+            await asyncio.sleep(0.05)  # polling the store for the sweeper's change
+        assert row["response_purged"]
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+        assert entries[-1]["event"] == "response_deleted" and entries[-1]["data"] == {"reason": "retention"}
+        # The agent is told the answer existed but was deleted, never handed a value.
+        late = await api.wait(req["id"])
+        assert late["status"] == "answered" and "response" not in late and late["response_deleted"] is True
+    assert not any(SECRET.encode() in p.read_bytes() for p in tmp_path.iterdir())
