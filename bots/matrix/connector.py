@@ -41,10 +41,8 @@ from bots.matrix.cards import (
     ACCEPTED,
     answer_text,
     card_content,
-    field_rows,
     is_form,
     outcome_content,
-    outcome_text,
     reaction_content,
     reaction_vote,
     reminder_text,
@@ -53,16 +51,8 @@ from bots.matrix.cards import (
 )
 from bots.matrix.settings import MatrixSettings
 from core.api import RequestView
-from core.connectors import Connector
-from core.errors import (
-    AlreadyAnsweredError,
-    ConfigError,
-    ConnectorError,
-    ExpiredError,
-    InvalidAnswerError,
-    NotFoundError,
-    RequestCancelledError,
-)
+from core.connectors import AnswerOutcome, Connector, invalid_answer_text
+from core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
 from core.schema import coerce_text, parse_field_lines, validate_answer
 
 log = logging.getLogger(__name__)
@@ -129,6 +119,8 @@ class MatrixConnector(Connector):
     backfill_limit: ClassVar[int] = 1000
     # How often an instance that does not lead the sync loop asks again.
     follower_poll_seconds: ClassVar[float] = 5.0
+    # How long a stop waits for the batch being handled.
+    stop_grace_seconds: ClassVar[float] = 10.0
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -142,6 +134,8 @@ class MatrixConnector(Connector):
         self._client: AsyncClient | None = None
         self._connected = False
         self._connect_lock = asyncio.Lock()
+        # Held while a sync batch is handled and its position saved.
+        self._batch_lock = asyncio.Lock()
         self._started_ms = 0
         # Set once this instance has synced (tests and health checks wait on it).
         self.synced = asyncio.Event()
@@ -184,7 +178,18 @@ class MatrixConnector(Connector):
         self.spawn(self.run_forever(self._sync_step, what="matrix sync"), name="sync")
 
     async def stop(self) -> None:
-        await super().stop()
+        # Let a batch being handled finish and its position be saved: cut short, its
+        # answers would be handled again by the next leader.
+        try:
+            async with asyncio.timeout(self.stop_grace_seconds):
+                await self._batch_lock.acquire()
+        except TimeoutError:
+            self.log.warning("matrix: stopping in the middle of a sync batch; it will be handled again")
+        try:
+            await super().stop()
+        finally:
+            if self._batch_lock.locked():
+                self._batch_lock.release()
         await self.service.release_leadership(LEADER)
         if self._client is not None:
             await self._client.close()
@@ -397,17 +402,19 @@ class MatrixConnector(Connector):
                 self.client.sync(timeout=self.settings.sync_timeout_ms, since=since, sync_filter=self._sync_filter(),
                                  full_state=False),
                 SyncResponse, "sync")
-            await self._handle_sync(response, since=since)
+            async with self._batch_lock:
+                await self._handle_sync(response, since=since)
+                await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
             since = response.next_batch
-            await self.service.set_state(STATE_NAMESPACE, self._state_key, since)
 
     async def _first_sync(self) -> str:
         """No position kept yet: take the current one without replaying the rooms' history."""
         response = await self._call(self.client.sync(timeout=1, sync_filter=self._sync_filter(), full_state=False),
                                     SyncResponse, "sync")
-        # Only what arrived since this start counts (an answer typed while we were starting).
-        await self._handle_sync(response, since=None, newer_than_ms=self._started_ms)
-        await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
+        async with self._batch_lock:
+            # Only what arrived since this start counts (an answer typed while we were starting).
+            await self._handle_sync(response, since=None, newer_than_ms=self._started_ms)
+            await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
         return response.next_batch
 
     async def _handle_sync(self, response: SyncResponse, *, since: str | None,
@@ -565,34 +572,40 @@ class MatrixConnector(Connector):
         if view.sensitive:
             await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
             return
-        if not self.may_answer(tenant_id, sender):
-            self.log.info("matrix: refused an answer from a user who is not allowed",
-                          extra={"request_id": view.id, "room_id": room_id})
-            await notice(f"{sender}, you are not allowed to answer this request, so nothing was changed.")
-            return
-        if view.terminal:
-            await notice(f"This request is closed already: {outcome_text(view)}")
-            return
         value, problems = self._read(view, text)
-        if problems:
+        if problems and self.may_answer(tenant_id, sender) and not view.terminal:
+            # Lines that could not be read (an unknown field): refused here, audited like core's refusals.
             await self.service.journal(
                 tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
-                principal=f"matrix:{sender}", channel=self.name,
-                data={"errors": problems})
-            await notice("That answer was not accepted; the request is still open:", *self._error_lines(view, problems))
+                principal=self.principal(sender), channel=self.name, data={"errors": problems})
+            await notice(*_notice_lines(invalid_answer_text(InvalidAnswerError("", details=problems))))
             return
-        try:
-            await self.service.submit(tenant_id=tenant_id, request_id=view.id, response=value,
-                                      principal=f"matrix:{sender}", via=self.name)
-        except InvalidAnswerError as e:
-            await notice("That answer was not accepted; the request is still open:",
-                         *self._error_lines(view, list(e.details or [])))
-            return
-        except (AlreadyAnsweredError, ExpiredError, RequestCancelledError):
-            current = await self.service.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
-            await notice(f"This request is closed already: {outcome_text(current)}")
-            return
-        await self._send(room_id, "m.reaction", reaction_content(event_id, ACCEPTED), what=f"react in {room_id}")
+        # The shared path: the allowlist first, then core's validation and its one winner.
+        outcome = await self.submit_answer(tenant_id=tenant_id, request_id=view.id, user_id=sender, response=value)
+        if outcome.accepted or await self._answered_by_this_event(outcome, view, source):
+            # A fixed transaction id: a batch handled again after a crash adds no second ✅.
+            await self._send(room_id, "m.reaction", reaction_content(event_id, ACCEPTED), what=f"react in {room_id}",
+                             txn_id=f"handraise.ack.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}")
+        elif outcome.code == "not_authorized":
+            await notice(f"{sender}: {outcome.message} Nothing was changed.")
+        elif outcome.code != "not_found":
+            await notice(*_notice_lines(outcome.message))
+
+    async def _answered_by_this_event(self, outcome: AnswerOutcome, view: RequestView,
+                                      source: dict[str, Any]) -> bool:
+        """Whether the request was resolved by this very message (a batch handled again after a crash).
+
+        The same person through Matrix, resolved after the message was sent: telling them
+        "already answered" about their own accepted answer would only confuse.
+        """
+        if outcome.code != "already_answered":
+            return False
+        view = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        if view.resolved_at is None:
+            return False
+        sent_ms = int(source.get("origin_server_ts") or 0)
+        return (view.resolved_by == self.principal(str(source.get("sender"))) and view.resolved_via == self.name
+                and view.resolved_at * 1000 >= sent_ms)
 
     @staticmethod
     def _read(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]]]:
@@ -607,22 +620,12 @@ class MatrixConnector(Connector):
         problems += [e.to_json() for e in validate_answer(view.schema, value) if e.field not in seen]
         return value, problems
 
-    @staticmethod
-    def _error_lines(view: RequestView, details: list[dict[str, Any]]) -> list[str]:
-        titles = {row["name"]: row["title"] for row in field_rows(view.schema)} if is_form(view) else {}
-        lines = []
-        for detail in details:
-            name, message = str(detail.get("field") or ""), str(detail.get("message") or "is not valid")
-            head = f"{titles[name]} ({name})" if name in titles else name or "Answer"
-            lines.append(f"{head}: {message}")
-        return lines or ["the answer is not valid"]
-
     async def _refuse_sensitive(self, room_id: str, event_id: str, *, view: RequestView, sender: str,
                                 notice: Any) -> None:
         """A chat answer to a sensitive request: remove it from the room's history, point to the form."""
         removed = await self._redact(room_id, event_id)
         await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
-                                   run_id=view.run_id, principal=f"matrix:{sender}", channel=self.name,
+                                   run_id=view.run_id, principal=self.principal(sender), channel=self.name,
                                    data={"reason": "sensitive", "removed": removed})
         if removed:
             first = "This request is sensitive, so answers are not taken in chat: your message was removed."
@@ -640,6 +643,12 @@ class MatrixConnector(Connector):
                              extra={"room_id": room_id})
             return False
         return True
+
+
+def _notice_lines(message: str) -> list[str]:
+    """Core's outcome text ("That answer is not valid:\n• field: message ...") as a lead line and a list."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return [lines[0], *(line.lstrip("•").strip() for line in lines[1:])] if lines else ["Not accepted."]
 
 
 def _level(value: float) -> str:

@@ -15,21 +15,31 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nio import AsyncClient, RoomCreateResponse, RoomGetEventResponse, RoomSendResponse, SyncResponse
+from conftest import OPERATOR_KEY, base_config, running_app, settings_from
+from nio import RoomCreateResponse, RoomGetEventResponse
 
 from bots.matrix import MatrixConnector
 from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
-from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from core.store import Store
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
+from tests.bots.matrix_helpers import (
+    PASSWORD,
+    Human,
+    TableRows,
+    bot_creates_room,
+    is_card,
+    is_edit_of,
+    is_notice_to,
+    is_reaction_on,
+    relates,
+)
 
-PASSWORD = "correct horse battery staple"
 VERSIONS = pytest.mark.parametrize("room_version", ["10", None], ids=["v10", "v12-default"])
 FORM_SCHEMA = {
     "type": "object",
@@ -41,145 +51,6 @@ FORM_SCHEMA = {
     "required": ["port", "env"],
     "additionalProperties": False,
 }
-
-
-# -- the human side -------------------------------------------------------------------
-
-
-class Human:
-    """A logged-in nio client that keeps every timeline event it has synced."""
-
-    def __init__(self, server: SynapseServer, prefix: str) -> None:
-        self.user_id, token, _ = server.register_user(unique_localpart(prefix), PASSWORD)
-        self.client = AsyncClient(server.base_url, self.user_id)
-        self.client.access_token = token
-        self.client.user_id = self.user_id
-        self.access_token = token
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-
-    async def sync(self, timeout_ms: int = 500) -> None:
-        response = await self.client.sync(timeout=timeout_ms, since=self.client.next_batch)
-        assert isinstance(response, SyncResponse), response
-        for room_id, info in response.rooms.join.items():
-            self.seen.extend((room_id, e.source) for e in info.timeline.events)
-
-    async def expect(self, room_id: str, predicate: Callable[[dict[str, Any]], bool], *,
-                     what: str, timeout: float = 15) -> dict[str, Any]:
-        """The first event in ``room_id`` matching ``predicate``, syncing until it shows up."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for seen_room, event in self.seen:
-                if seen_room == room_id and predicate(event):
-                    return event
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.user_id} never saw {what}")
-            await self.sync()
-
-    async def send(self, room_id: str, content: dict[str, Any], event_type: str = "m.room.message") -> str:
-        response = await self.client.room_send(room_id, event_type, content)
-        assert isinstance(response, RoomSendResponse), response
-        return response.event_id
-
-    async def reply(self, room_id: str, card: dict[str, Any], text: str) -> str:
-        """A reply with both fallbacks a classic client adds: the ``>`` quote and ``<mx-reply>``."""
-        quoted = "\n".join(f"> {line}" for line in card["content"]["body"].splitlines())
-        quoted = quoted.replace("> ", f"> <{card['sender']}> ", 1)
-        html_lines = "<br>".join(text.splitlines())
-        return await self.send(room_id, {
-            "msgtype": "m.text",
-            "body": f"{quoted}\n\n{text}",
-            "format": "org.matrix.custom.html",
-            "formatted_body": f"<mx-reply><blockquote>In reply to {card['sender']}<br>question</blockquote>"
-                              f"</mx-reply>{html_lines}",
-            "m.relates_to": {"m.in_reply_to": {"event_id": card["event_id"]}},
-        })
-
-    async def in_thread(self, room_id: str, card_id: str, text: str) -> str:
-        return await self.send(room_id, {
-            "msgtype": "m.text", "body": text,
-            "m.relates_to": {"rel_type": "m.thread", "event_id": card_id, "is_falling_back": True,
-                             "m.in_reply_to": {"event_id": card_id}},
-        })
-
-    async def react(self, room_id: str, event_id: str, key: str) -> str:
-        return await self.send(room_id, {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id,
-                                                          "key": key}}, "m.reaction")
-
-    async def join(self, room_id: str) -> None:
-        response = await self.client.join(room_id)
-        assert response.__class__.__name__ == "JoinResponse", response
-
-
-def _relates(event: dict[str, Any]) -> dict[str, Any]:
-    relates = (event.get("content") or {}).get("m.relates_to")
-    return relates if isinstance(relates, dict) else {}
-
-
-def is_card(bot: str, marker: str) -> Callable[[dict[str, Any]], bool]:
-    def check(event: dict[str, Any]) -> bool:
-        content = event.get("content") or {}
-        return (event.get("sender") == bot and event.get("type") == "m.room.message" and not _relates(event)
-                and marker in content.get("body", ""))
-    return check
-
-
-def is_reaction_on(event_id: str, key: str, sender: str) -> Callable[[dict[str, Any]], bool]:
-    def check(event: dict[str, Any]) -> bool:
-        relates = _relates(event)
-        return (event.get("type") == "m.reaction" and event.get("sender") == sender
-                and relates.get("event_id") == event_id and relates.get("key") == key)
-    return check
-
-
-def is_notice_to(event_id: str, bot: str) -> Callable[[dict[str, Any]], bool]:
-    """The bot's threaded answer to ``event_id``."""
-    def check(event: dict[str, Any]) -> bool:
-        relates = _relates(event)
-        return (event.get("sender") == bot and relates.get("rel_type") == "m.thread"
-                and (relates.get("m.in_reply_to") or {}).get("event_id") == event_id)
-    return check
-
-
-def is_edit_of(card_id: str, bot: str, text: str) -> Callable[[dict[str, Any]], bool]:
-    def check(event: dict[str, Any]) -> bool:
-        relates = _relates(event)
-        new = (event.get("content") or {}).get("m.new_content") or {}
-        return (event.get("sender") == bot and relates.get("rel_type") == "m.replace"
-                and relates.get("event_id") == card_id and text in new.get("body", ""))
-    return check
-
-
-class TableRows(HTMLParser):
-    """The text of every cell of every row of the card's table."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.header: list[str] = []
-        self.rows: list[list[str]] = []
-        self._cell: list[str] | None = None
-        self._in_head = False
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag == "thead":
-            self._in_head = True
-        elif tag == "tr" and not self._in_head:
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag == "br" and self._cell is not None:
-            self._cell.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "thead":
-            self._in_head = False
-        elif tag in ("td", "th") and self._cell is not None:
-            text = " ".join("".join(self._cell).split())
-            (self.header if self._in_head else self.rows[-1]).append(text)
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
 
 
 # -- the world of one test --------------------------------------------------------------
@@ -202,19 +73,6 @@ class World:
         section = {key: value for key, value in section.items() if value is not None}
         url = storage_url or f"sqlite:///{self.tmp_path / 'handraise.db'}"
         return settings_from(base_config(url, matrix=section))
-
-
-async def bot_creates_room(server: SynapseServer, bot_token: str, bot_id: str, *, room_version: str | None,
-                           invite: list[str], **extra: Any) -> str:
-    setup = AsyncClient(server.base_url, bot_id)
-    setup.access_token = bot_token
-    setup.user_id = bot_id
-    try:
-        created = await setup.room_create(room_version=room_version, invite=invite, **extra)
-        assert isinstance(created, RoomCreateResponse), created
-        return created.room_id
-    finally:
-        await setup.close()
 
 
 @pytest.fixture
@@ -381,18 +239,22 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         # An invalid answer: a threaded reply lists each error; nothing resumes.
         bad_id = await human.reply(room, card, "port: 99999\nenv: production\ncolour: red")
         notice = await human.expect(room, is_notice_to(bad_id, bot), what="the error list")
-        assert _relates(notice)["event_id"] == card["event_id"]
+        assert relates(notice)["event_id"] == card["event_id"]
         errors = notice["content"]["body"]
-        assert "not accepted" in errors
+        assert errors.startswith("That answer is not valid:")
         assert "- colour: unknown field" in errors
-        assert "- Port (port): must be at most 65535" in errors
-        assert "- Environment (env): must be one of: canary, stable" in errors
-        assert "<li>Port (port): must be at most 65535</li>" in notice["content"]["formatted_body"]
+        assert "- port: must be at most 65535" in errors
+        assert "- env: must be one of: canary, stable" in errors
+        assert "<li>port: must be at most 65535</li>" in notice["content"]["formatted_body"]
+        # Core's own validation (no unreadable lines) answers the same way.
+        bad_again = await human.in_thread(room, card["event_id"], "port: 0\nenv: stable")
+        notice = await human.expect(room, is_notice_to(bad_again, bot), what="the second error list")
+        assert "- port: must be at least 1" in notice["content"]["body"]
 
         # A stranger: a short notice, nothing changes.
         stranger_id = await stranger.reply(room, card, "port: 443\nenv: stable")
         refusal = await human.expect(room, is_notice_to(stranger_id, bot), what="the stranger's notice")
-        assert "not allowed" in refusal["content"]["body"]
+        assert "not authorized" in refusal["content"]["body"]
 
         # A chat reply to the sensitive request: redacted, and pointed to the form.
         leaked_id = await human.reply(room, secret_card, "123456")
@@ -437,7 +299,7 @@ async def test_expiry_and_cancel_edit_the_card_and_late_replies_are_told(world: 
         slow_card = await human.expect(room, is_card(bot, f"Take your time {tag}"), what="the slow card")
         reminder = await human.expect(room, lambda e: is_notice_to(slow_card["event_id"], bot)(e)
                                       and "Reminder" in e["content"]["body"], what="the reminder")
-        assert _relates(reminder)["event_id"] == slow_card["event_id"]  # in the card's thread
+        assert relates(reminder)["event_id"] == slow_card["event_id"]  # in the card's thread
         doomed = await api.create(request_body(f"Never mind {tag}"))
         short_card = await human.expect(room, is_card(bot, f"Quick one {tag}"), what="the short card")
         doomed_card = await human.expect(room, is_card(bot, f"Never mind {tag}"), what="the doomed card")
@@ -450,7 +312,7 @@ async def test_expiry_and_cancel_edit_the_card_and_late_replies_are_told(world: 
 
         late_id = await human.reply(room, doomed_card, "too late?")
         notice = await human.expect(room, is_notice_to(late_id, bot), what="the closed notice")
-        assert "closed already" in notice["content"]["body"] and "Cancelled" in notice["content"]["body"]
+        assert "This question was cancelled." in notice["content"]["body"]
         status, body = await api.call("GET", f"/v1/requests/{doomed['id']}")
         assert body["status"] == "cancelled"
 
@@ -499,13 +361,52 @@ async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog:
         # Events are handled in order, so a replay of the first answer would show before this ✅.
         after = [e for r, e in human.seen[mark:] if r == room and e.get("sender") == bot]
         assert after, "the bot's reaction should be among the new events"
-        replayed = [e for e in after if first_reply in (_relates(e).get("event_id"),
-                                                        (_relates(e).get("m.in_reply_to") or {}).get("event_id"))]
+        replayed = [e for e in after if first_reply in (relates(e).get("event_id"),
+                                                        (relates(e).get("m.in_reply_to") or {}).get("event_id"))]
         assert replayed == []
         entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=first["id"])
         assert [e["event"] for e in entries].count("answered") == 1
         paged = [r for r in caplog.records if r.getMessage() == "matrix: paged in missed events"]
         assert paged and paged[0].count >= 3  # the gap was longer than one sync's timeline
+
+
+async def test_a_batch_handled_again_after_a_crash_stays_quiet(world: World) -> None:
+    """A crash between handling a batch and saving its position replays that batch."""
+    tag = uuid.uuid4().hex[:6]
+    human, room, bot = world.human, world.room_id, world.bot_id
+    url = f"sqlite:///{world.tmp_path / 'handraise.db'}"
+    state_key = f"next_batch:{bot}"
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        replayed = await api.create(request_body(f"Answered before the crash {tag}"))
+        card = await human.expect(room, is_card(bot, f"Answered before the crash {tag}"), what="the card")
+        position_before_answer = await api.app[SERVICE].get_state("matrix", state_key)
+        reply_id = await human.reply(room, card, "once")
+        assert (await api.wait(replayed["id"], timeout=30))["response"] == "once"
+        await human.expect(room, is_reaction_on(reply_id, "✅", bot), what="✅")
+
+    store = Store(url=url)  # the crash: the position saved after the answer is lost
+    await store.open()
+    try:
+        await store.set_state("matrix", state_key, position_before_answer)
+    finally:
+        await store.close()
+    mark = len(human.seen)
+
+    async with running_app(world.settings(sync_timeout_ms=29000), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        later = await api.create(request_body(f"After the crash {tag}"))
+        later_card = await human.expect(room, is_card(bot, f"After the crash {tag}"), what="the later card")
+        later_reply = await human.reply(room, later_card, "twice?")
+        assert (await api.wait(later["id"], timeout=30))["response"] == "twice?"
+        # Handled in order: the replayed reply was handled before this ✅.
+        await human.expect(room, is_reaction_on(later_reply, "✅", bot), what="✅ on the later reply")
+        about_replay = [e for r, e in human.seen[mark:] if r == room and e.get("sender") == bot
+                        and reply_id in (relates(e).get("event_id"),
+                                         (relates(e).get("m.in_reply_to") or {}).get("event_id"))]
+        assert about_replay == []  # no "already answered", no second ✅
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=replayed["id"])
+        assert [e["event"] for e in entries].count("answered") == 1
 
 
 # -- joining, power and encryption ---------------------------------------------------------
@@ -638,10 +539,10 @@ async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: Wor
         assert done["response"] == "two" and done["answered_by"] == f"matrix:{human.user_id}"
         await human.expect(room, is_reaction_on(reply_two, "✅", bot), what="✅ on two")
         await human.expect(room, is_edit_of(card_two["event_id"], bot, "Answered"), what="card two edited")
-        # Each answer was handled by exactly one instance: one ✅ each, no "closed already" notices.
+        # Each answer was handled by exactly one instance: one ✅ each, no "already answered" notices.
         ticks = [e for r, e in human.seen if r == room and e.get("type") == "m.reaction" and e.get("sender") == bot]
-        assert sorted(_relates(e)["event_id"] for e in ticks) == sorted([reply_one, reply_two])
-        assert not [e for r, e in human.seen if r == room and "closed already" in
+        assert sorted(relates(e)["event_id"] for e in ticks) == sorted([reply_one, reply_two])
+        assert not [e for r, e in human.seen if r == room and "already answered" in
                     (e.get("content") or {}).get("body", "")]
     finally:
         await second_cm.__aexit__(None, None, None)
