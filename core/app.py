@@ -68,6 +68,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
         for cls in classes:
             connector = cls(settings=cls.load_settings(settings), service=service, http=http,
                             log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings)
+            # Set, not passed: a connector whose __init__ names its keywords (the web forms) predates it.
+            connector.annotations = app[ANNOTATIONS]
             connectors[cls.name] = connector
             _mount(app, connector, settings)
     except BaseException:

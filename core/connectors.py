@@ -10,6 +10,7 @@ connector is enabled.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from abc import ABC, abstractmethod
@@ -26,6 +27,7 @@ from core.config import Settings
 from core.errors import (
     AlreadyAnsweredError,
     ConfigError,
+    ConflictError,
     ExpiredError,
     InvalidAnswerError,
     NotFoundError,
@@ -33,10 +35,18 @@ from core.errors import (
 )
 
 if TYPE_CHECKING:
+    from core.annotations import AnnotationService
     from core.service import RequestService
 
 ENTRY_POINT_GROUP = "handraise.connectors"
 T = TypeVar("T")
+
+# Rating buttons: the values 1..5 behind their tokens, and durable state (person -> their newest
+# rating's annotation id; request -> the buttons' tokens).
+RATINGS = range(1, 6)
+RATING_STATE = "ratings"
+RATING_TOKENS = "ratings.tokens"
+RATING_NOT_AUTHORIZED = "You are not authorized to rate this run."
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,8 @@ class AnswerOutcome:
     """What became of a human's answer from chat, with a short text to show them.
 
     ``code`` is one of: ``accepted``, ``not_authorized``, ``not_found``, ``already_answered``,
-    ``expired``, ``cancelled``, ``invalid`` (``message`` then says what is wrong, field by field).
+    ``expired``, ``cancelled``, ``invalid`` (``message`` then says what is wrong, field by field),
+    and for a rating tap also ``unavailable`` (ratings off, no run, or a lost race).
     """
 
     code: str
@@ -96,12 +107,14 @@ class Connector(ABC):
     backoff_cap: ClassVar[float] = 30.0
 
     def __init__(self, *, settings: Any, service: RequestService, http: ClientSession,
-                 log: logging.Logger, app_settings: Settings) -> None:
+                 log: logging.Logger, app_settings: Settings, annotations: AnnotationService | None = None) -> None:
         self.settings = settings
         self.service = service
         self.http = http
         self.log = log
         self.app_settings = app_settings
+        # The run-annotation side-store, for rating buttons on resolved requests (None: no ratings).
+        self.annotations = annotations
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- enabling --------------------------------------------------------------
@@ -231,6 +244,75 @@ class Connector(ABC):
             return AnswerOutcome("not_found", _OUTCOME_TEXT["not_found"])
         return AnswerOutcome("accepted", _OUTCOME_TEXT["accepted"], view)
 
+    # -- rating buttons (RFC 0056 annotations from chat) -----------------------
+
+    def offers_ratings(self, view: RequestView) -> bool:
+        """Whether the withdrawn message of ``view`` carries rating buttons: the connector's
+        ``rating_buttons`` setting, feedback enabled, and an answered request that names its run."""
+        return (bool(getattr(self.settings, "rating_buttons", False)) and self.annotations is not None
+                and self.annotations.enabled and view.status == "answered" and view.run_id is not None)
+
+    async def rating_tokens(self, view: RequestView) -> list[str]:
+        """Button tokens for ratings 1..5 of the request's run, the same for every withdraw of it:
+        a repeated withdraw then edits nothing (Telegram answers "not modified")."""
+        key = f"{self.name}:{view.id}"
+        kept = await self.service.get_state(RATING_TOKENS, key)
+        if kept is not None:
+            return json.loads(kept)
+        tokens = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
+                                                        channel=self.name, values=[{"rate": n} for n in RATINGS])
+        await self.service.set_state(RATING_TOKENS, key, json.dumps(tokens))
+        return tokens
+
+    async def rate(self, *, tenant_id: str, request_id: str, user_id: str, principal: str,
+                   rating: int) -> AnswerOutcome:
+        """Record a rating tap as an annotation of the request's run; ``accepted`` when recorded.
+
+        Only people on the allowlist may rate. Each person's newest rating from one request's
+        message supersedes their previous one (RFC 0056: annotations are append-only).
+        """
+        if not self.may_answer(tenant_id, user_id):
+            self.log.info("rating refused: not on the allowlist",
+                          extra={"request_id": request_id, "channel": self.name})
+            await self.service.journal(tenant_id=tenant_id, event="rating_refused", request_id=request_id,
+                                       principal=principal, channel=self.name, data={"reason": "not_authorized"})
+            return AnswerOutcome("not_authorized", RATING_NOT_AUTHORIZED)
+        if self.annotations is None or not self.annotations.enabled:
+            return AnswerOutcome("unavailable", "Ratings are turned off.")
+        try:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return AnswerOutcome("not_found", _OUTCOME_TEXT["not_found"])
+        if view.run_id is None:
+            return AnswerOutcome("unavailable", "This request belongs to no run, so there is nothing to rate.")
+        key = f"{self.name}:{request_id}:{principal.partition(':')[2]}"
+        previous = await self.service.get_state(RATING_STATE, key)
+        for _ in range(3):
+            body: dict[str, Any] = {"signal": {"kind": "rating", "rating": rating}}
+            if previous is not None:
+                body["supersedes"] = previous
+            try:
+                annotation = await self.annotations.record(tenant_id=tenant_id, run_id=view.run_id,
+                                                           principal=principal, body=body, via=self.name)
+            except ConflictError:
+                # A simultaneous tap (here or on another instance) superseded it first: follow the chain.
+                assert previous is not None
+                previous = await self._newest_of_chain(tenant_id, view.run_id, previous)
+                continue
+            await self.service.set_state(RATING_STATE, key, annotation["annotationId"])
+            return AnswerOutcome("accepted", f"Thanks, rated {rating}/5."
+                                 + (" It replaces your earlier rating." if previous else ""), view)
+        return AnswerOutcome("unavailable", "Your rating was not recorded; please tap again.")
+
+    async def _newest_of_chain(self, tenant_id: str, run_id: str, annotation_id: str) -> str:
+        assert self.annotations is not None
+        successor = {a["supersedes"]: a["annotationId"]
+                     for a in await self.annotations.all_for_run(tenant_id=tenant_id, run_id=run_id)
+                     if "supersedes" in a}
+        while annotation_id in successor:
+            annotation_id = successor[annotation_id]
+        return annotation_id
+
     @staticmethod
     def terminal_outcome(view: RequestView) -> AnswerOutcome | None:
         """The refusal for an answer to a request that is no longer pending, or None while it is."""
@@ -290,6 +372,19 @@ def load_enabled(app_settings: Settings) -> list[type[Connector]]:
         if name == "web" or cls.is_enabled(app_settings):
             classes.append(cls)
     return classes
+
+
+def rating_value(value: Any) -> int | None:
+    """The rating a chat button token stands for (``{"rate": n}``), or None for any other button.
+
+    No answer button has this shape (answers are bare values or ``{"decision": …}``/``{"answer": …}``),
+    so a rating tap can never submit an answer, nor an answer tap record a rating.
+    """
+    if isinstance(value, dict) and set(value) == {"rate"}:
+        n = value["rate"]
+        if isinstance(n, int) and not isinstance(n, bool) and n in RATINGS:
+            return n
+    return None
 
 
 def outcome_text(view: RequestView, *, who: str | None = None) -> str:
