@@ -52,7 +52,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from core.api import RequestView
 from core.config import Settings
-from core.connectors import AnswerOutcome, Connector, outcome_text
+from core.connectors import AnswerOutcome, Connector, outcome_text, rating_value
 from core.errors import ConfigError, ConnectorError, GoneError, NotFoundError
 from core.redaction import redact
 from core.schema import coerce_text, describe_field, fields, parse_field_lines
@@ -67,6 +67,7 @@ NAMES = "telegram.names"  # durable state: user id -> display name, for "Answere
 SENSITIVE_TEXT = ("🔒 A private answer is needed. For your safety the question is shown only in the form: "
                   "open it with the button below. Replies in this chat are deleted.")
 CUT_NOTE = "[The question is cut here: the form shows all of it.]"
+RATE_PROMPT = "Rate this run (1 = poor, 5 = great):"
 _FORM_TOKEN = re.compile(r"/f/[A-Za-z0-9_-]+")
 
 
@@ -101,6 +102,8 @@ class TelegramSettings(BaseModel):
     leader_check_seconds: float = Field(default=5.0, gt=0, le=300)
     # Polling: how long one getUpdates waits for news.
     poll_timeout_seconds: int = Field(default=25, ge=0, le=50)
+    # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
+    rating_buttons: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TelegramSettings:
@@ -315,13 +318,20 @@ class TelegramConnector(Connector):
             return
         bot = await self._bot()
         line = await self._outcome_line(request)
+        markup = None
         if ref.get("reminder"):
             text = f"⏰ Reminder. {line}"
         else:
+            if self.offers_ratings(request):
+                # One row under the outcome; the question's message is the one place people rate from.
+                tokens = await self.rating_tokens(request)
+                markup = InlineKeyboardMarkup([[InlineKeyboardButton(str(n), callback_data=token)
+                                                for n, token in enumerate(tokens, start=1)]])
+                line += "\n" + RATE_PROMPT
             text, _ = compose_text(request, hint="", outcome=line)
         try:
             await bot.edit_message_text(text, chat_id=ref["chat_id"], message_id=ref["message_id"],
-                                        reply_markup=None, link_preview_options=LinkPreviewOptions(is_disabled=True))
+                                        reply_markup=markup, link_preview_options=LinkPreviewOptions(is_disabled=True))
         except BadRequest as e:
             if "not modified" in str(e).lower():
                 return  # withdrawn already (another instance, or a retry)
@@ -436,6 +446,12 @@ class TelegramConnector(Connector):
             return
         tenant_id, request_id, value = found
         user_id = str(query.from_user.id)
+        rating = rating_value(value)
+        if rating is not None:
+            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
+                                      principal=self.principal(user_id), rating=rating)
+            await self._answer_query(query, outcome.message, alert=not outcome.accepted)
+            return
         await self._remember_name(query.from_user, tenant_id=tenant_id)
         outcome = await self.submit_answer(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
                                            response=value)

@@ -14,6 +14,9 @@ from core.schema import FieldSpec, coerce_field, describe_field, fields
 # Every interactive element of ours has an action_id with this prefix, so one Bolt listener routes them.
 ACTION_PREFIX = "hr_"
 ACTIONS_BLOCK = "hr_actions"
+# The rating buttons of an answered request's message (RFC 0056 annotations of its run).
+RATING_BLOCK = "hr_rating"
+RATE_PROMPT = "Rate this run (1 = poor, 5 = great):"
 LINK_ACTION = "hr_link"
 MODAL_CALLBACK = "hr_modal"
 # The block of a primitive (or free-text) answer; object fields use their own names.
@@ -126,10 +129,20 @@ def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *,
     return _fallback_text(view), blocks
 
 
-def outcome_content(view: RequestView) -> tuple[str, list[dict[str, Any]]]:
-    """A terminal request's message: the question and its outcome, no buttons."""
+def outcome_content(view: RequestView, *, rating_tokens: list[str] | None = None
+                    ) -> tuple[str, list[dict[str, Any]]]:
+    """A terminal request's message: the question and its outcome; no answer buttons, but the rating
+    buttons 1..5 when ``rating_tokens`` (one per rating, in order) are given."""
     outcome = outcome_text(view)
     blocks = [_question_section(view), {"type": "context", "elements": [_mrkdwn(outcome)]}]
+    if rating_tokens:
+        blocks.append({"type": "context", "elements": [_mrkdwn(RATE_PROMPT)]})
+        blocks.append({
+            "type": "actions",
+            "block_id": RATING_BLOCK,
+            "elements": [{"type": "button", "action_id": f"{ACTION_PREFIX}rate_{n}", "text": _plain(str(n)),
+                          "value": token} for n, token in enumerate(rating_tokens, start=1)],
+        })
     return outcome, blocks
 
 

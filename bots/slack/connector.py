@@ -46,7 +46,7 @@ from bots.slack.blocks import (
 )
 from bots.slack.settings import SlackSettings
 from core.api import RequestView
-from core.connectors import Connector
+from core.connectors import Connector, rating_value
 from core.errors import (
     AlreadyAnsweredError,
     ConfigError,
@@ -162,7 +162,8 @@ class SlackConnector(Connector):
         channel, ts = ref.get("channel"), ref.get("ts")
         if not channel or not ts:
             raise ConnectorError("slack withdraw: the delivery has no message reference", permanent=True)
-        text, blocks = outcome_content(request)
+        tokens = await self.rating_tokens(request) if self.offers_ratings(request) else None
+        text, blocks = outcome_content(request, rating_tokens=tokens)
         await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
@@ -253,6 +254,13 @@ class SlackConnector(Connector):
             return
         tenant_id, request_id, intent = resolved
         principal = _principal(body)
+        rating = rating_value(intent)
+        if rating is not None:
+            # Before the terminal check below: ratings are given once the request is answered.
+            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=user,
+                                      principal=principal, rating=rating)
+            await self._ephemeral(channel, user, outcome.message)
+            return
         if not self.may_answer(tenant_id, user):
             await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
             await self._ephemeral(channel, user, NOT_AUTHORIZED)

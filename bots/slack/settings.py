@@ -41,6 +41,8 @@ class SlackSettings(BaseModel):
     api_url: str = "https://slack.com/api/"
     tenants: dict[str, SlackTenantSettings] = Field(min_length=1)
     remind_after_seconds: float | None = Field(default=None, gt=0)
+    # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
+    rating_buttons: bool = False
 
     @field_validator("api_url")
     @classmethod
