@@ -35,7 +35,7 @@ class Human:
             self.seen.extend((room_id, e.source) for e in info.timeline.events)
 
     async def expect(self, room_id: str, predicate: Callable[[dict[str, Any]], bool], *,
-                     what: str, timeout: float = 15) -> dict[str, Any]:
+                     what: str, timeout: float = 30) -> dict[str, Any]:
         """The first event in ``room_id`` matching ``predicate``, syncing until it shows up."""
         deadline = time.monotonic() + timeout
         while True:

@@ -95,7 +95,7 @@ async def world(synapse: SynapseServer, tmp_path: Path, request: pytest.FixtureR
 
 async def started(api: Any) -> MatrixConnector:
     connector = api.app[CONNECTORS]["matrix"]
-    await asyncio.wait_for(connector.synced.wait(), timeout=15)
+    await asyncio.wait_for(connector.synced.wait(), timeout=30)
     return connector
 
 
@@ -157,7 +157,7 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         assert opened.id == created["id"]
 
         reply_id = await world.human.reply(world.room_id, card, "PORT: 8080\nenvironment: Canary\nnote: now")
-        done = await api.wait(created["id"], timeout=15)
+        done = await api.wait(created["id"], timeout=30)
         assert done["status"] == "answered"
         assert done["response"] == {"port": 8080, "env": "canary", "note": "now"}
         assert done["answered_by"] == f"matrix:{world.human.user_id}"
@@ -200,7 +200,7 @@ async def test_single_value_requests_by_thread_bare_value_and_reactions(world: W
         await human.react(room, cards["approval"]["event_id"], THUMBS_DOWN)
         await human.reply(room, cards["approval2"], "approve because the window is open")
 
-        results = {name: await api.wait(req["id"], timeout=15) for name, req in
+        results = {name: await api.wait(req["id"], timeout=30) for name, req in
                    (("free", free), ("enum", enum), ("yes_no", yes_no), ("approval", approval),
                     ("approval2", approval2))}
         assert {k: v["status"] for k, v in results.items()} == dict.fromkeys(results, "answered")
@@ -280,7 +280,7 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
             "m.new_content": {"msgtype": "m.text", "body": "port: 443\nenv: stable"},
             "m.relates_to": {"rel_type": "m.replace", "event_id": bad_id},
         })
-        done = await api.wait(form["id"], timeout=15)
+        done = await api.wait(form["id"], timeout=30)
         assert done["response"] == {"port": 443, "env": "stable"}
         assert done["answered_by"] == f"matrix:{human.user_id}"
         await human.expect(room, is_reaction_on(good_id, "✅", bot), what="✅")
@@ -338,7 +338,7 @@ async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog:
         first_card = await human.expect(room, is_card(bot, f"Before the restart {tag}"), what="card 1")
         second_card = await human.expect(room, is_card(bot, f"Across the restart {tag}"), what="card 2")
         first_reply = await human.reply(room, first_card, "first answer")
-        assert (await api.wait(first["id"], timeout=15))["response"] == "first answer"
+        assert (await api.wait(first["id"], timeout=30))["response"] == "first answer"
         await human.expect(room, is_reaction_on(first_reply, "✅", bot), what="✅ on the first answer")
         await human.expect(room, is_edit_of(first_card["event_id"], bot, "Answered"), what="the first edit")
 
@@ -355,7 +355,7 @@ async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog:
     restarted = world.settings(sync_timeout_ms=29000)
     async with running_app(restarted, connector_classes=[SmallTimelineConnector]) as api:
         await started(api)
-        done = await api.wait(second["id"], timeout=15)
+        done = await api.wait(second["id"], timeout=30)
         assert done["status"] == "answered" and done["response"] == "second answer"
         await human.expect(room, is_reaction_on(second_reply, "✅", bot), what="✅ on the second answer")
         # Events are handled in order, so a replay of the first answer would show before this ✅.
@@ -500,7 +500,7 @@ async def test_password_login_is_kept_in_store_path_and_renewed_when_revoked(wor
         created = await api.create(request_body("Still listening?", schema={"type": "boolean"}))
         card = await world.human.expect(world.room_id, is_card(world.bot_id, "Still listening?"), what="card")
         await world.human.react(world.room_id, card["event_id"], THUMBS_UP)
-        assert (await api.wait(created["id"], timeout=15))["response"] is True
+        assert (await api.wait(created["id"], timeout=30))["response"] is True
 
 
 # -- several instances on PostgreSQL --------------------------------------------------------
@@ -527,15 +527,15 @@ async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: Wor
         card_one = await human.expect(room, is_card(bot, "Answered while both run"), what="card one")
         card_two = await human.expect(room, is_card(bot, "Answered after the leader left"), what="card two")
         reply_one = await human.reply(room, card_one, "one")
-        assert (await second.wait(one["id"], timeout=15))["response"] == "one"
+        assert (await second.wait(one["id"], timeout=30))["response"] == "one"
         await human.expect(room, is_reaction_on(reply_one, "✅", bot), what="✅ on one")
         assert leader.synced.is_set() and not follower.synced.is_set()
 
         await first_cm.__aexit__(None, None, None)
         first_cm = None
-        await asyncio.wait_for(follower.synced.wait(), timeout=15)
+        await asyncio.wait_for(follower.synced.wait(), timeout=30)
         reply_two = await human.reply(room, card_two, "two")
-        done = await second.wait(two["id"], timeout=15)
+        done = await second.wait(two["id"], timeout=30)
         assert done["response"] == "two" and done["answered_by"] == f"matrix:{human.user_id}"
         await human.expect(room, is_reaction_on(reply_two, "✅", bot), what="✅ on two")
         await human.expect(room, is_edit_of(card_two["event_id"], bot, "Answered"), what="card two edited")

@@ -1,0 +1,117 @@
+"""The Matrix contract driver: a human on a real Synapse replies, reacts and reads the bot's notices.
+
+Matrix has no buttons: "pressing" approve or reject is a 👍 / 👎 reaction on the
+card, any other choice a reply with its value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import Api
+from nio import RoomGetEventResponse
+
+from bots.matrix import MatrixConnector
+from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from core.appkeys import CONNECTORS
+from core.connectors import Connector
+from harness.synapse import SynapseServer, unique_localpart
+from tests.bots.contract import Action, ConnectorDriver, Posted, register_driver
+from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_notice_to, relates
+
+_REACTIONS = {"approve": THUMBS_UP, "reject": THUMBS_DOWN, "yes": THUMBS_UP, "no": THUMBS_DOWN}
+
+
+class MatrixDriver(ConnectorDriver):
+    channel = "matrix"
+
+    def __init__(self, server: SynapseServer) -> None:
+        self.server = server
+        self.bot_id = ""
+        self.bot_token = ""
+        self.room_id = ""
+        self.people: dict[bool, Human] = {}  # stranger? -> the person
+
+    async def start(self) -> None:
+        self.bot_id, self.bot_token, _ = self.server.register_user(unique_localpart("bot"), PASSWORD)
+        self.people = {False: Human(self.server, "human"), True: Human(self.server, "stranger")}
+        self.room_id = await bot_creates_room(self.server, self.bot_token, self.bot_id, room_version=None,
+                                              invite=[p.user_id for p in self.people.values()])
+        for person in self.people.values():
+            await person.join(self.room_id)
+
+    async def stop(self) -> None:
+        for person in self.people.values():
+            await person.client.close()
+
+    @property
+    def human(self) -> Human:
+        return self.people[False]
+
+    def connector_classes(self) -> list[type[Connector]]:
+        return [MatrixConnector]
+
+    def config(self) -> dict[str, Any]:
+        return {"matrix": {
+            "homeserver": self.server.base_url, "user_id": self.bot_id, "access_token": self.bot_token,
+            "tenants": {"acme": {"room_ids": [self.room_id], "allowed_users": [self.human.user_id]}},
+        }}
+
+    async def ready(self, api: Api) -> None:
+        await asyncio.wait_for(api.app[CONNECTORS]["matrix"].synced.wait(), timeout=30)
+
+    def principal(self) -> str:
+        return f"matrix:{self.human.user_id}"
+
+    # -- the human's side ------------------------------------------------------
+
+    async def card(self, posted: Posted) -> dict[str, Any]:
+        card_id = posted.ref["event_id"]
+        return await self.human.expect(self.room_id, lambda e: e.get("event_id") == card_id, what="the card")
+
+    async def press(self, posted: Posted, choice: str, *, stranger: bool = False) -> Action:
+        key = _REACTIONS.get(choice.lower())
+        if key is None:
+            return await self.reply(posted, choice, stranger=stranger)
+        event_id = await self.people[stranger].react(self.room_id, posted.ref["event_id"], key)
+        return Action(posted=posted, kind="press", stranger=stranger, handle={"event_id": event_id})
+
+    async def reply(self, posted: Posted, text: str, *, stranger: bool = False) -> Action:
+        event_id = await self.people[stranger].reply(self.room_id, await self.card(posted), text)
+        return Action(posted=posted, kind="reply", stranger=stranger, handle={"event_id": event_id})
+
+    async def notice(self, action: Action) -> dict[str, Any]:
+        """The bot's threaded notice answering what the person did."""
+        return await self.human.expect(self.room_id, is_notice_to(action.handle["event_id"], self.bot_id),
+                                       what="the bot's notice")
+
+    async def assert_refused(self, action: Action) -> None:
+        body = (await self.notice(action))["content"]["body"]
+        assert "not authorized" in body.lower(), body
+
+    async def assert_reply_removed(self, action: Action) -> None:
+        body = (await self.notice(action))["content"]["body"]
+        assert "removed" in body and "form" in body, body
+        fetched = await self.human.client.room_get_event(self.room_id, action.handle["event_id"])
+        assert isinstance(fetched, RoomGetEventResponse), fetched
+        assert fetched.event.source["content"] == {}  # redacted: gone from the room's history
+
+    async def assert_withdrawn(self, posted: Posted, outcome: str) -> None:
+        card_id = posted.ref["event_id"]
+
+        def edited(event: dict[str, Any]) -> bool:
+            rel = relates(event)
+            new = (event.get("content") or {}).get("m.new_content") or {}
+            return (event.get("sender") == self.bot_id and rel.get("rel_type") == "m.replace"
+                    and rel.get("event_id") == card_id and outcome.lower() in new.get("body", "").lower())
+
+        edit = await self.human.expect(self.room_id, edited, what=f"the card edited to {outcome}")
+        new = edit["content"]["m.new_content"]
+        assert "/f/" not in new["body"] and "fill the form" not in new["formatted_body"]  # no way in left
+
+
+@register_driver("matrix")
+def matrix_driver(request: pytest.FixtureRequest) -> MatrixDriver:
+    return MatrixDriver(request.getfixturevalue("synapse"))
