@@ -444,9 +444,18 @@ class MatrixConnector(Connector):
                     self.log.warning("matrix: could not respond to an event (%s)", e.message,
                                      extra={"room_id": room_id})
                 except Exception:
+                    if not await self._store_answers():
+                        raise  # the store is down: the whole batch is handled again once it is back
                     # One event that cannot be handled must not stall every room's answers
                     # behind it; the human sees no ✅ and can answer again.
                     self.log.exception("matrix: failed to handle an event", extra={"room_id": room_id})
+
+    async def _store_answers(self) -> bool:
+        try:
+            await self.service.get_state(STATE_NAMESPACE, self._state_key)
+        except Exception:
+            return False
+        return True
 
     async def _backfill(self, room_id: str, *, start: str, until: str) -> list[dict[str, Any]]:
         """Events between our last position and a limited timeline, oldest first."""

@@ -409,6 +409,29 @@ async def test_a_batch_handled_again_after_a_crash_stays_quiet(world: World) -> 
         assert [e["event"] for e in entries].count("answered") == 1
 
 
+class PoisonedConnector(MatrixConnector):
+    """Fails on any message saying "boom", as a bug on one odd event would."""
+
+    async def _handle_event(self, room_id: str, source: dict[str, Any]) -> None:
+        if "boom" in str((source.get("content") or {}).get("body", "")):
+            raise RuntimeError("a bug on one event")
+        await super()._handle_event(room_id, source)
+
+
+async def test_an_event_that_fails_does_not_stall_the_answers_behind_it(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    human, room, bot = world.human, world.room_id, world.bot_id
+    async with running_app(world.settings(), connector_classes=[PoisonedConnector]) as api:
+        await started(api)
+        request = await api.create(request_body("Still standing?"))
+        card = await human.expect(room, is_card(bot, "Still standing?"), what="the card")
+        await human.reply(room, card, "boom")
+        await human.reply(room, card, "still here")
+        done = await api.wait(request["id"], timeout=30)
+        assert done["response"] == "still here"
+        assert "matrix: failed to handle an event" in caplog.text
+
+
 # -- joining, power and encryption ---------------------------------------------------------
 
 
