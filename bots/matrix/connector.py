@@ -53,6 +53,7 @@ from bots.matrix.settings import MatrixSettings
 from core.api import RequestView
 from core.connectors import AnswerOutcome, Connector, invalid_answer_text
 from core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
+from core.redaction import redact
 from core.schema import coerce_text, parse_field_lines, validate_answer
 
 log = logging.getLogger(__name__)
@@ -581,6 +582,9 @@ class MatrixConnector(Connector):
         if view.sensitive:
             await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
             return
+        if not reaction and not view.terminal and redact(text) != text:
+            await self._refuse_secret(room_id, event_id, view=view, sender=sender, notice=notice)
+            return
         value, problems = self._read(view, text)
         if problems and self.may_answer(tenant_id, sender) and not view.terminal:
             # Lines that could not be read (an unknown field): refused here, audited like core's refusals.
@@ -642,6 +646,17 @@ class MatrixConnector(Connector):
             first = ("This request is sensitive, so answers are not taken in chat. The bot could not remove your "
                      "message (it lacks the power to redact here): please delete it yourself.")
         await notice(first, "Answer through the one-time form link in the card.")
+
+    async def _refuse_secret(self, room_id: str, event_id: str, *, view: RequestView, sender: str,
+                             notice: Any) -> None:
+        """A reply that looks like a key or token: not taken, removed from the room (DESIGN invariant 9)."""
+        removed = await self._redact(room_id, event_id)
+        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
+                                   run_id=view.run_id, principal=self.principal(sender), channel=self.name,
+                                   data={"reason": "secret_shaped", "removed": removed})
+        first = "That reply looked like a secret (a key or token), so it was not taken" + (
+            " and was removed." if removed else "; please delete it yourself.")
+        await notice(first, "Secrets belong in the form: use the one-time link in the card.")
 
     async def _redact(self, room_id: str, event_id: str) -> bool:
         try:

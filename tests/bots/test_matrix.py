@@ -265,6 +265,14 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         assert fetched.event.source["content"] == {}
         assert fetched.event.source["unsigned"]["redacted_because"]["sender"] == bot
 
+        # A secret-shaped reply to an ordinary request is not taken either, and leaves the room.
+        token = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+        token_id = await human.in_thread(room, card["event_id"], f"port: 443\nenv: {token}")
+        refusal = await human.expect(room, is_notice_to(token_id, bot), what="the secret refusal")
+        assert "looked like a secret" in refusal["content"]["body"]
+        fetched = await human.client.room_get_event(room, token_id)
+        assert isinstance(fetched, RoomGetEventResponse) and fetched.event.source["content"] == {}
+
         status, body = await api.call("GET", f"/v1/requests/{form['id']}")
         assert body["status"] == "pending"
         status, body = await api.call("GET", f"/v1/requests/{secret['id']}")
