@@ -1,10 +1,6 @@
 """What the Matrix bot posts and reads: the card (HTML table and plain text), its edits, notices, answer text.
 
-Matrix has no buttons, so the card is the form: the question, a table of the
-fields, one line on how to answer, and a one-time link to the hosted form.
-Synapse passes HTML through untouched, so every piece of text that did not come
-from this module is escaped here.
-"""
+Matrix has no buttons, so the card is the form; Synapse passes HTML through untouched, so all foreign text is escaped here."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """The Matrix connector: posts cards to rooms, reads answers from /sync, edits cards when requests end.
 
-Answers come as replies (or thread messages) on the card, or as 👍/👎
-reactions. One instance runs the sync loop (``leadership("matrix-sync")``); its
-position (``next_batch``) is kept in Handraise's store, so a restart or a new
-leader neither replays old answers nor misses new ones. End-to-end encrypted
-rooms are not supported: matrix-nio runs without encryption here, and an
-encrypted configured room is reported at start and refused for delivery.
-"""
+One instance runs the sync loop; end-to-end encrypted rooms are not supported (reported at start, never posted to)."""
 
 from __future__ import annotations
 
@@ -110,7 +104,14 @@ def level_needed(state: list[dict[str, Any]], *, event_type: str, redact: bool =
 
 
 class MatrixConnector(Connector):
-    """Cards in Matrix rooms; answers by reply, thread or reaction; one sync loop per deployment."""
+    """Cards in Matrix rooms; answers by reply, thread or reaction; one sync loop per deployment.
+
+    The loop runs only while ``leadership("matrix-sync")`` holds; its position
+    (``next_batch``) is kept in Handraise's store after each batch, so a restart or
+    a new leader neither replays old answers nor misses new ones (a gap longer
+    than one sync's timeline is paged in from /messages). matrix-nio runs without
+    encryption: an encrypted configured room is reported and gets no cards.
+    """
 
     name = "matrix"
     settings_model = MatrixSettings

@@ -1,8 +1,6 @@
 """The Matrix contract driver: a human on a real Synapse replies, reacts and reads the bot's notices.
 
-Matrix has no buttons: "pressing" approve or reject is a 👍 / 👎 reaction on the
-card, any other choice a reply with its value.
-"""
+Matrix has no buttons: "pressing" approve/reject is a 👍/👎 reaction on the card, any other choice a reply."""
 
 from __future__ import annotations
 

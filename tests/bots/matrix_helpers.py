@@ -1,7 +1,6 @@
-"""The human's side of Matrix tests: a matrix-nio client that syncs, replies, reacts, and waits for the bot.
+"""The human's side of the Matrix tests: a matrix-nio client that syncs, replies, reacts and waits for the bot.
 
-Shared by ``test_matrix.py`` and the contract driver ``contract_matrix.py``.
-"""
+Shared by ``test_matrix.py`` and the contract driver ``contract_matrix.py``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The Matrix bot against a real Synapse: cards, every answer path, refusals, edits, restarts.
+"""The Matrix bot against a real Synapse, a second matrix-nio client playing the human.
 
-A second matrix-nio client plays the human. Each test gets fresh users and a
-fresh room on the session's Synapse; answer paths run in room version 10 and in
-the server's default (12, where the creator's power is implicit).
-"""
+Every answer path runs in room version 10 and in the server's default (12, where the creator's power is implicit)."""
 
 from __future__ import annotations
 
