@@ -242,7 +242,7 @@ class Api:
         return await self.call("POST", "/api/human-feedback/submit", json={"unique_id": unique_id,
                                                                            "response": response}, key=key)
 
-    async def wait(self, request_id: str, timeout: float = 5, *, key: str = AGENT_KEY) -> dict[str, Any]:
+    async def wait(self, request_id: str, timeout: float = 15, *, key: str = AGENT_KEY) -> dict[str, Any]:
         status, data = await self.call("GET", f"/v1/requests/{request_id}/wait", params={"timeout": str(timeout)},
                                        key=key)
         assert status == 200, (status, data)
