@@ -29,6 +29,8 @@ from core.errors import ConfigError
 Scope = Literal["ask", "answer", "read", "annotate"]
 ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate")
 ENV_PREFIX = "HANDRAISE_"
+# HANDRAISE_ variables that are not settings: the config path, and the CLI client's key and URL.
+_NOT_SETTINGS = frozenset({"HANDRAISE_CONFIG", "HANDRAISE_KEY", "HANDRAISE_URL"})
 DEFAULT_TENANT = "default"
 
 
@@ -168,7 +170,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     """``HANDRAISE_A__B=v`` → ``{"a": {"b": v}}``; values may be TOML literals."""
     tree: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in ("HANDRAISE_CONFIG",):
+        if not name.startswith(ENV_PREFIX) or name in _NOT_SETTINGS:
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
         if not parts:

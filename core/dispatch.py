@@ -98,7 +98,7 @@ class Dispatcher:
         if not ev.local or self._closed:
             return
         if ev.type == REQUEST_CREATED:
-            self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id))
+            self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
         elif ev.type == REQUEST_RESOLVED:
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
 
@@ -152,7 +152,10 @@ class Dispatcher:
 
     # -- delivery --------------------------------------------------------------
 
-    async def _deliver_all(self, tenant_id: str, request_id: str) -> None:
+    async def _deliver_all(self, tenant_id: str, request_id: str, channels: list[str]) -> None:
+        # Most requests of a web-only tenant go nowhere: decide that before reading the store.
+        if not any(self.connectors.get(c) and self.connectors[c].targets(tenant_id) for c in channels):
+            return
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         for channel in view.channels:
             connector = self.connectors.get(channel)
@@ -273,8 +276,10 @@ class Dispatcher:
     # -- withdraw --------------------------------------------------------------
 
     async def _withdraw_all(self, tenant_id: str, request_id: str) -> None:
+        rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id) if r["status"] == "sent"]
+        if not rows:
+            return
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id)
-        rows = await self.service.store.deliveries_for(tenant_id, request_id)
         for row in rows:
             connector = self.connectors.get(row["channel"])
             if connector is None or row["status"] != "sent":

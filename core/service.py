@@ -194,45 +194,52 @@ class RequestService:
     # -- wait ------------------------------------------------------------------
 
     async def wait(self, *, tenant_id: str, request_id: str, timeout: float) -> RequestView:
-        """Return as soon as the request is terminal, or after ``timeout`` seconds as it stands."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[request_id].add(fut)
+        """Return as soon as the request is terminal, or after ``timeout`` seconds as it stands.
+
+        A resolution in this process hands its view straight to the waiters (no re-read);
+        one from another instance (NOTIFY) or the request's own deadline makes them read the store.
+        """
+        loop = asyncio.get_running_loop()
+        waiters = self._waiters[request_id]
+        fut: asyncio.Future[RequestView | None] = loop.create_future()
+        waiters.add(fut)
         try:
-            view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            view = await self.get(tenant_id=tenant_id, request_id=request_id)
             deadline = self.clock() + max(0.0, timeout)
             while not view.terminal:
                 now = self.clock()
-                until_expiry = view.expires_at - now
                 remaining = deadline - now
                 if remaining <= 0:
                     break
-                try:
-                    await asyncio.wait_for(asyncio.shield(fut), timeout=min(remaining, max(until_expiry, 0.0)) + 0.001)
-                except TimeoutError:
-                    pass
+                until_expiry = max(view.expires_at - now, 0.0)
+                await asyncio.wait((fut,), timeout=min(remaining, until_expiry) + 0.001)
+                woke = fut.result() if fut.done() else None
                 if fut.done():
-                    fut = asyncio.get_running_loop().create_future()
-                    self._waiters[request_id].add(fut)
-                view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            return await self.get(tenant_id=tenant_id, request_id=request_id)
+                    waiters.discard(fut)
+                    fut = loop.create_future()
+                    waiters.add(fut)
+                if woke is not None and woke.tenant_id == tenant_id:
+                    view = woke
+                else:
+                    view = await self.get(tenant_id=tenant_id, request_id=request_id)
+            return view
         finally:
-            waiters = self._waiters.get(request_id)
-            if waiters is not None:
-                waiters.discard(fut)
-                if not waiters:
-                    del self._waiters[request_id]
+            waiters.discard(fut)
+            if not waiters and self._waiters.get(request_id) is waiters:
+                del self._waiters[request_id]
 
     @property
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def _wake(self, request_id: str) -> None:
+    def _wake(self, request_id: str, view: RequestView | None = None) -> None:
         for fut in self._waiters.get(request_id, ()):
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(view)
 
     def _wake_on_event(self, ev: Event) -> None:
-        if ev.type == REQUEST_RESOLVED:
+        # Local resolutions woke their waiters with the view already; these come from other instances.
+        if ev.type == REQUEST_RESOLVED and not ev.local:
             self._wake(ev.object_id)
 
     def wake_all(self) -> None:
@@ -311,7 +318,7 @@ class RequestService:
 
     async def _resolved(self, tenant_id: str, request_id: str) -> RequestView:
         view = await self.get(tenant_id=tenant_id, request_id=request_id)
-        self._wake(request_id)
+        self._wake(request_id, view)
         self.bus.publish(Event(REQUEST_RESOLVED, tenant_id, request_id, view.event_json(), view.run_id))
         return view
 
@@ -383,17 +390,18 @@ class RequestService:
 
     # -- handing the answer to the agent ---------------------------------------
 
-    def response_delivered(self, view: RequestView) -> None:
+    def response_delivered(self, view: RequestView) -> asyncio.Task[None] | None:
         """The agent has the answer: a sensitive one is deleted now, and leaves the disk.
 
         Runs as a task of its own, so a handler cancelled at shutdown cannot skip it;
         ``drain`` waits for every such task before the store closes.
         """
         if not (view.sensitive and view.has_response):
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._purge(view, reason="delivered"))
         self._purges.add(task)
         task.add_done_callback(self._purges.discard)
+        return task
 
     async def drain(self) -> None:
         """Finish the deletions under way (called before the store closes)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 
@@ -37,7 +38,10 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()
-        request.app[SERVICE].response_delivered(view)
+        purge = request.app[SERVICE].response_delivered(view)
+        if purge is not None:
+            # The agent's next call sees it gone; a shutdown cancelling this handler cannot stop it.
+            await asyncio.shield(purge)
     return response
 
 

@@ -128,7 +128,10 @@ id = "t"
     settings = load_settings(path, environ={"HANDRAISE_STORAGE__URL": "postgresql://u@h/db",
                                             "HANDRAISE_SERVER__PORT": "9999",
                                             "HANDRAISE_FEEDBACK__ENABLED": "false",
-                                            "HANDRAISE_TELEGRAM__TOKEN": "123:abc"})
+                                            "HANDRAISE_TELEGRAM__TOKEN": "123:abc",
+                                            # The CLI client's own variables are not settings.
+                                            "HANDRAISE_KEY": "hr_x", "HANDRAISE_URL": "http://h",
+                                            "HANDRAISE_CONFIG": str(path)})
     assert settings.storage.url == "postgresql://u@h/db"
     assert settings.server.port == 9999 and settings.feedback.enabled is False
     assert settings.telegram == {"token": "123:abc"}
