@@ -53,6 +53,8 @@ class Dispatcher:
         # Set when a request becomes terminal (here or on another instance): cuts retry waits short.
         self._resolved: dict[str, asyncio.Event] = {}
         self._withdrawing: set[int] = set()
+        # Outcome edits in flight: a stop lets them finish (briefly), or messages keep stale buttons.
+        self._withdrawals: set[asyncio.Task[Any]] = set()
         self._recover_lock = asyncio.Lock()
         self._started_at = 0.0
         self._closed = False
@@ -65,8 +67,10 @@ class Dispatcher:
         if self.connectors and self.recovery_interval > 0:
             self._timer(self._recovery_loop(), name="dispatch-recovery")
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float = 5.0) -> None:
         self._closed = True
+        if self._withdrawals:
+            await asyncio.wait(list(self._withdrawals), timeout=grace)
         tasks = [t for ts in self._tasks.values() for t in ts] + list(self._timers)
         for task in tasks:
             task.cancel()
@@ -285,7 +289,9 @@ class Dispatcher:
             if connector is None or row["status"] != "sent":
                 continue
             ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
-            self._spawn(request_id, self._withdraw_one(connector, view, row["target"], row["id"], ref))
+            task = self._spawn(request_id, self._withdraw_one(connector, view, row["target"], row["id"], ref))
+            self._withdrawals.add(task)
+            task.add_done_callback(self._withdrawals.discard)
 
     async def _withdraw_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                             ref: dict[str, Any]) -> None:

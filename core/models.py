@@ -113,7 +113,11 @@ class AnnotationRow(SQLModel, table=True):
     """RFC 0056 per-run side-store: never part of a request or the journal's run events."""
 
     __tablename__ = "annotations"
-    __table_args__ = (Index("ix_annotations_tenant_run_seq", "tenant_id", "run_id", "seq"),)
+    __table_args__ = (
+        Index("ix_annotations_tenant_run_seq", "tenant_id", "run_id", "seq"),
+        # One successor per annotation, even when two supersede the same one at once (migration 0002).
+        Index("uq_annotations_supersedes", "supersedes", unique=True),
+    )
 
     seq: int | None = Field(default=None, primary_key=True)
     annotation_id: str = Field(max_length=64, unique=True)

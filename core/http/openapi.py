@@ -204,16 +204,13 @@ COMPONENTS: dict[str, Any] = {
     },
 }
 
-# Extra paths registered by other core modules (annotations) at import time.
-EXTRA_PATHS: dict[str, dict[str, Any]] = {}
-
 
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Handraise", "version": "1", "description":
                  "Ask a human over HTTP and wait, for a bounded time, for a validated answer."},
-        "paths": {**PATHS, **EXTRA_PATHS},
+        "paths": PATHS,
         "components": COMPONENTS,
     }
 

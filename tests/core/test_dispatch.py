@@ -306,3 +306,35 @@ async def test_resolved_on_another_instance_is_withdrawn(pg_url: str) -> None:
         assert len(b.app[CONNECTORS]["scripted"].withdrawn) == 2
         _, body = await a.call("GET", f"/v1/requests/{created['id']}")
         assert {d["status"] for d in body["deliveries"]} == {"withdrawn"}
+
+
+class SlowWithdrawConnector(ScriptedConnector):
+    """Its outcome edit is under way when the server stops."""
+
+    name = "slow"
+    serve = {"acme": ["s1"]}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.withdraw_started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        self.withdraw_started.set()
+        await self.release.wait()
+        await super().withdraw(request, target=target, ref=ref)
+
+
+async def test_a_stop_lets_outcome_edits_in_flight_finish(sqlite_url: str) -> None:
+    async with running_app(settings_from(base_config(sqlite_url)), connector_classes=[SlowWithdrawConnector]) as api:
+        connector = api.app[CONNECTORS]["slow"]
+        await api.create(question("w-stop", ["slow"]))
+        await api.app[DISPATCHER].idle()
+        assert (await api.submit("w-stop", {"decision": "approve"}))[0] == 200
+        await asyncio.wait_for(connector.withdraw_started.wait(), 5)
+        stopping = asyncio.create_task(api.app[DISPATCHER].stop())
+        await asyncio.sleep(0)
+        assert not stopping.done()  # waiting for the edit, not cancelling it
+        connector.release.set()
+        await asyncio.wait_for(stopping, 5)
+        assert [t for t, _, _ in connector.withdrawn] == ["s1"]
