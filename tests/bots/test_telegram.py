@@ -346,6 +346,12 @@ async def test_reminder_pings_once_and_is_withdrawn_too(db: str) -> None:
 
         reminder = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: "Reminder" in c.params["text"])
         assert reminder.params["reply_parameters"]["message_id"] == posted.ref["message_id"]
+        # The bot remembers the reminder right after Telegram accepts it; a human replies later than that.
+        key = f"{CHAT}:{reminder.result['message_id']}"
+        deadline = asyncio.get_running_loop().time() + 10
+        while await api.app[SERVICE].lookup_message(channel="telegram", message_key=key) is None:
+            assert asyncio.get_running_loop().time() < deadline, "the reminder was never remembered"
+            await asyncio.sleep(0.01)
         # A reply to the reminder answers the question it reminds of.
         await driver.reply(posted, "done", to_message_id=reminder.result["message_id"])
         assert (await api.wait(request["id"]))["response"] == "done"
