@@ -1,8 +1,13 @@
-"""The store: an async SQLAlchemy engine on SQLite (WAL) or PostgreSQL (asyncpg), migrated at open.
+"""The store: SQLAlchemy on SQLite (WAL, driven from one dedicated thread) or PostgreSQL (asyncpg), migrated at open.
 
 Every statement here filters by tenant where a tenant is involved. State changes
 are compare-and-set updates (``WHERE status = 'pending'``) so that exactly one
 writer wins, and each change appends its journal entry in the same transaction.
+
+Each store operation is a synchronous function of a SQLAlchemy ``Connection`` that
+returns plain data. On SQLite it runs on the store's one database thread (one thread
+switch per unit of work); on PostgreSQL it runs through ``AsyncConnection.run_sync``.
+Hot statements are built once, here, with bind parameters.
 """
 
 from __future__ import annotations
@@ -14,16 +19,20 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import and_, event, func, insert, select, text, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import and_, bindparam, create_engine, event, func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from core.canonical import canonical_json
@@ -42,6 +51,8 @@ from core.models import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 requests_t = RequestRow.__table__
 journal_t = JournalRow.__table__
 deliveries_t = DeliveryRow.__table__
@@ -56,6 +67,82 @@ GENESIS_HASH = "0" * 64
 NOTIFY_CHANNEL = "handraise_events"
 # Serialises journal appends across instances sharing one PostgreSQL database.
 _JOURNAL_LOCK_ID = 0x48524A4E  # "HRJN"
+
+# -- prebuilt statements -------------------------------------------------------
+# Built once so that a call neither constructs a statement nor recomputes its cache key.
+# Bind names of UPDATE conditions start with ``w_``: a bind named like a column would
+# collide with that column's SET parameter.
+
+_b = bindparam
+_GET_REQUEST = select(requests_t).where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id"))
+_GET_REQUEST_ANY_TENANT = select(requests_t).where(requests_t.c.id == _b("id"))
+_GET_REQUEST_BY_UNIQUE_ID = select(requests_t).where(requests_t.c.tenant_id == _b("tenant_id"),
+                                                     requests_t.c.unique_id == _b("unique_id"))
+_RESOLVE_UNEXPIRED = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+    requests_t.c.expires_at > _b("w_now"))
+_RESOLVE_EXPIRED = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+    requests_t.c.expires_at <= _b("w_now"))
+_CANCEL_REQUEST = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
+_PURGE_RESPONSE = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
+    requests_t.c.response_json.is_not(None),
+).values(response_json=None, response_purged=True)
+
+_JOURNAL_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
+_JOURNAL_HEAD = select(journal_t.c.seq, journal_t.c.hash).order_by(journal_t.c.seq.desc()).limit(1)
+_JOURNAL_INSERT = insert(journal_t)
+
+_INSERT_LINK = insert(links_t)
+_GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
+_USE_LINK = update(links_t).where(links_t.c.id == _b("w_id"), links_t.c.used_at.is_(None)).values(used_at=_b("w_now"))
+
+_FIND_DELIVERY = select(deliveries_t.c.id).where(
+    deliveries_t.c.request_id == _b("request_id"), deliveries_t.c.channel == _b("channel"),
+    deliveries_t.c.target == _b("target"))
+_INSERT_DELIVERY = insert(deliveries_t)
+_UPDATE_DELIVERY = update(deliveries_t).where(deliveries_t.c.id == _b("w_id"))
+_DELIVERIES_FOR = (select(deliveries_t)
+                   .where(deliveries_t.c.tenant_id == _b("tenant_id"), deliveries_t.c.request_id == _b("request_id"))
+                   .order_by(deliveries_t.c.id))
+
+_INSERT_CHAT_ACTION = insert(chat_actions_t)
+_GET_CHAT_ACTION = select(chat_actions_t).where(chat_actions_t.c.token == _b("token"),
+                                                chat_actions_t.c.channel == _b("channel"))
+_GET_MESSAGE_REF = select(message_refs_t).where(message_refs_t.c.channel == _b("channel"),
+                                                message_refs_t.c.message_key == _b("message_key"))
+
+_INSERT_API_KEY = insert(api_keys_t)
+_FIND_API_KEY = select(api_keys_t).where(api_keys_t.c.key_sha256 == _b("key_sha256"), api_keys_t.c.revoked_at.is_(None))
+_REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
+                   .values(revoked_at=_b("w_now")))
+
+_INSERT_ANNOTATION = insert(annotations_t)
+_GET_ANNOTATION = select(annotations_t).where(annotations_t.c.tenant_id == _b("tenant_id"),
+                                              annotations_t.c.annotation_id == _b("annotation_id"))
+
+_GET_STATE = select(state_t.c.value).where(state_t.c.namespace == _b("namespace"), state_t.c.key == _b("key"))
+_UPDATE_STATE = update(state_t).where(state_t.c.namespace == _b("w_namespace"), state_t.c.key == _b("w_key"))
+_INSERT_STATE = insert(state_t)
+
+_NOTIFY = text("SELECT pg_notify(:ch, :p)")
+_SELECT_1 = text("SELECT 1")
+
+
+class _Inserts:
+    """``INSERT … ON CONFLICT DO NOTHING`` per dialect: a duplicate is a rowcount of 0, no savepoint needed."""
+
+    def __init__(self, dialect: str) -> None:
+        make = pg_insert if dialect == "postgresql" else sqlite_insert
+        self.request = make(requests_t).on_conflict_do_nothing()
+        self.message_ref = make(message_refs_t).on_conflict_do_nothing()
+        self.state = make(state_t).on_conflict_do_nothing()
+
+
+_INSERTS = {"sqlite": _Inserts("sqlite"), "postgresql": _Inserts("postgresql")}
 
 
 @dataclass(frozen=True)
@@ -98,18 +185,319 @@ def _lock_key(name: str) -> int:
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
+# -- units of work (synchronous; run on the SQLite thread or under run_sync) -------
+
+
+def _first(c: Connection, stmt: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    row = c.execute(stmt, params).mappings().first()
+    return None if row is None else dict(row)
+
+
+def _all(c: Connection, stmt: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [dict(r) for r in c.execute(stmt, params).mappings()]
+
+
+def _scalar(c: Connection, stmt: Any, params: Mapping[str, Any] | None = None) -> Any:
+    return c.execute(stmt, params).scalar()
+
+
+def _rowcount(c: Connection, stmt: Any, params: Any = None) -> int:
+    return c.execute(stmt, params).rowcount
+
+
+def _inserted_pk(c: Connection, stmt: Any, params: Mapping[str, Any]) -> Any:
+    return c.execute(stmt, params).inserted_primary_key[0]
+
+
+def _put_state(c: Connection, namespace: str, key: str, value: str, now: float) -> None:
+    params = {"value": value, "updated_at": now, "w_namespace": namespace, "w_key": key}
+    if c.execute(_UPDATE_STATE, params).rowcount == 0:
+        c.execute(_INSERT_STATE, {"namespace": namespace, "key": key, "value": value, "updated_at": now})
+
+
+def _append_journal(c: Connection, is_postgres: bool, row: dict[str, Any]) -> tuple[int, str, str]:
+    if is_postgres:
+        c.execute(_JOURNAL_LOCK, {"k": _JOURNAL_LOCK_ID})
+    last = c.execute(_JOURNAL_HEAD).first()
+    seq = 1 if last is None else last.seq + 1
+    prev_hash = GENESIS_HASH if last is None else last.hash
+    digest = entry_hash(prev_hash=prev_hash, seq=seq, **row)
+    c.execute(_JOURNAL_INSERT, {**row, "seq": seq, "prev_hash": prev_hash, "hash": digest})
+    # The head is kept apart so that cutting entries off the end is detected too.
+    _put_state(c, "journal", "head", json.dumps({"seq": seq, "hash": digest}), row["at"])
+    return seq, prev_hash, digest
+
+
+def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
+    existing = c.execute(_FIND_DELIVERY, {k: row[k] for k in ("request_id", "channel", "target")}).first()
+    if existing is not None:
+        return existing.id
+    return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
+
+
+def _set_state_if_absent(c: Connection, insert_stmt: Any, namespace: str, key: str, value: str) -> str:
+    current = c.execute(_GET_STATE, {"namespace": namespace, "key": key}).scalar()
+    if current is not None:
+        return current
+    c.execute(insert_stmt, {"namespace": namespace, "key": key, "value": value, "updated_at": time.time()})
+    # A concurrent first writer (another instance) may have won: what is stored is the answer.
+    return c.execute(_GET_STATE, {"namespace": namespace, "key": key}).scalar_one()
+
+
+def _buffered(c: Connection, statement: Any, parameters: Any, driver_sql: bool) -> Buffered:
+    result = c.exec_driver_sql(statement, parameters) if driver_sql else c.execute(statement, parameters)
+    rows = result.all() if result.returns_rows else []
+    pk = None
+    if not result.returns_rows and result.context.isinsert and not result.context.executemany:
+        pk = result.inserted_primary_key
+    return Buffered(rows, result.rowcount, pk)
+
+
+@dataclass(frozen=True)
+class Buffered:
+    """A statement's result read in full where it ran, so it can cross threads."""
+
+    rows: list[Any]
+    rowcount: int
+    inserted_primary_key: Any
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def all(self) -> list[Any]:
+        return list(self.rows)
+
+    def first(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def scalar_one(self) -> Any:
+        if len(self.rows) != 1:
+            raise ValueError(f"expected one row, got {len(self.rows)}")
+        return self.rows[0][0]
+
+    def mappings(self) -> list[Mapping[str, Any]]:
+        return [r._mapping for r in self.rows]
+
+
+class StoreConnection(ABC):
+    """What ``transaction()`` and ``reader()`` yield: store methods run their units of work on it."""
+
+    @abstractmethod
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(sync_connection, *args)`` in this transaction; ``fn`` must return plain data."""
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """``AsyncConnection.run_sync``'s name for ``run``."""
+        return await self.run(fn, *args)
+
+    async def execute(self, statement: Any, parameters: Any = None) -> Buffered:
+        return await self.run(_buffered, statement, parameters, False)
+
+    async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Buffered:
+        return await self.run(_buffered, statement, parameters, True)
+
+
+class _PgConnection(StoreConnection):
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._conn.run_sync(fn, *args)
+
+
+# -- SQLite: one database thread ------------------------------------------------
+
+
+class _SqliteRunner:
+    """Owns the SQLite engine and the one thread every connection of it is used on.
+
+    A unit of work is one submit to that thread. Write transactions queue on an asyncio
+    lock before they reach the thread, so the thread never waits for a writer; readers
+    need no lock (WAL).
+    """
+
+    def __init__(self, *, url: str) -> None:
+        # hide_parameters: a statement's values (answers) never appear in an exception's text.
+        # max_overflow=-1: a checkout never waits, which on the one thread would wait forever.
+        self.engine: Engine = create_engine(url, pool_size=2, max_overflow=-1, hide_parameters=True)
+        _configure_sqlite(self.engine)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="handraise-sqlite")
+        self._write_lock = asyncio.Lock()
+        self._lock_owner: asyncio.Task[Any] | None = None
+        # Used only on the database thread:
+        self._reader: Connection | None = None  # autocommit: a lone SELECT needs no BEGIN/ROLLBACK
+        self._writer: Connection | None = None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def call_to_the_end(self, fn: Callable[..., T], *args: Any) -> T:
+        """Like ``call``, but a cancelled caller still lets ``fn`` run (a commit or rollback must happen)."""
+        future = asyncio.wrap_future(self._executor.submit(fn, *args))
+        return await asyncio.shield(future)
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        task = asyncio.current_task()
+        if task is not None and self._lock_owner is task:
+            # Would wait for itself forever: a store write call inside an open transaction() needs conn=.
+            raise RuntimeError("a second write transaction inside an open one on the same task")
+        async with self._write_lock:
+            self._lock_owner = task
+            try:
+                yield
+            finally:
+                self._lock_owner = None
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.call(self._read_job, fn, args)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT), one submit."""
+        async with self.writing():
+            return await self.call_to_the_end(self._write_job, fn, args)
+
+    # The jobs below run on the database thread.
+
+    def _read_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._reader
+        if c is None:
+            c = self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            return fn(c, *args)
+        finally:
+            c.rollback()  # ends SQLAlchemy's bookkeeping only; no transaction is open in autocommit
+
+    def begin_writer(self) -> Connection:
+        c = self._writer
+        if c is None:
+            c = self._writer = self.engine.connect()
+        if c.in_transaction():  # left open by a unit whose caller vanished: never carry it over
+            c.rollback()
+        c.begin()
+        return c
+
+    def _write_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self.begin_writer()
+        try:
+            out = fn(c, *args)
+            c.commit()
+            return out
+        except BaseException:
+            c.rollback()
+            raise
+
+    def checkpoint_job(self) -> None:
+        c = self._reader
+        if c is None:
+            c = self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            # Read to the end: a statement left unfinished would keep a read transaction open.
+            c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all()
+        finally:
+            c.rollback()
+
+    def migrate_job(self) -> None:
+        with self.engine.begin() as c:
+            _upgrade(c)
+
+    def close_job(self) -> None:
+        for c in (self._reader, self._writer):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        self._reader = self._writer = None
+        self.engine.dispose()
+
+    async def close(self) -> None:
+        try:
+            await self.call_to_the_end(self.close_job)
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+class _SqliteConnection(StoreConnection):
+    """A transaction (or a read snapshot) on the database thread; each ``run`` is one submit."""
+
+    def __init__(self, runner: _SqliteRunner, *, write: bool) -> None:
+        self._runner = runner
+        self._write = write
+        self._used = False
+        self._conn: Connection | None = None  # set and used on the database thread only
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        self._used = True
+        return await self._runner.call(self._job, fn, args)
+
+    def _job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._conn
+        if c is None:
+            if self._write:
+                c = self._runner.begin_writer()
+            else:
+                # A deferred BEGIN: the statements of this reader see one snapshot.
+                c = self._runner.engine.connect().execution_options(handraise_read=True)
+                c.begin()
+            self._conn = c
+        return fn(c, *args)
+
+    async def finish(self, *, commit: bool) -> None:
+        if self._used:
+            await self._runner.call_to_the_end(self._finish_job, commit)
+
+    def _finish_job(self, commit: bool) -> None:
+        c = self._conn
+        if c is None:
+            return
+        self._conn = None
+        try:
+            if commit and c.in_transaction():
+                c.commit()
+        except BaseException:
+            c.rollback()
+            raise
+        finally:
+            if c.in_transaction():
+                c.rollback()
+            if not self._write:
+                c.close()  # back to the pool; the writer connection stays with the runner
+
+
+class _SqliteEngine:
+    """``Store.engine`` on SQLite: the AsyncEngine calls callers use, served by the database thread."""
+
+    def __init__(self, store: Store, runner: _SqliteRunner) -> None:
+        self._store = store
+        self.sync_engine = runner.engine
+
+    def connect(self) -> contextlib.AbstractAsyncContextManager[StoreConnection]:
+        return self._store.reader()
+
+    def begin(self) -> contextlib.AbstractAsyncContextManager[StoreConnection]:
+        return self._store.transaction()
+
+
 class Store:
     def __init__(self, *, url: str) -> None:
         self.url = url
         self.async_url = to_async_url(url)
         self.dialect = "postgresql" if self.async_url.startswith("postgresql") else "sqlite"
         self._engine: AsyncEngine | None = None
+        self._read_engine: AsyncEngine | None = None
+        self._runner: _SqliteRunner | None = None
+        self._inserts = _INSERTS[self.dialect]
         self._locks: dict[str, Any] = {}
 
     # -- lifecycle -------------------------------------------------------------
 
     @property
-    def engine(self) -> AsyncEngine:
+    def engine(self) -> AsyncEngine | _SqliteEngine:
+        """PostgreSQL: the writers' engine. SQLite: its ``connect()`` is ``reader()``, its ``begin()`` ``transaction()``."""
+        if self._runner is not None:
+            return _SqliteEngine(self, self._runner)
         if self._engine is None:
             raise UnavailableError("store is not open")
         return self._engine
@@ -126,23 +514,31 @@ class Store:
         return Path(database) if database and database != ":memory:" else None
 
     async def open(self) -> None:
-        # aiosqlite logs every statement with its parameters at DEBUG: answers must never reach a log.
-        logging.getLogger("aiosqlite").setLevel(logging.INFO)
+        # Statements and their parameters (answers) must never reach a log.
         logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
         if self.dialect == "sqlite":
             path = self.sqlite_path
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            engine = create_async_engine(self.async_url, pool_size=4, max_overflow=4)
-            _configure_sqlite(engine)
+            runner = _SqliteRunner(url=make_url(self.async_url).set(drivername="sqlite").render_as_string(False))
+            try:
+                await runner.call(runner.migrate_job)
+            except BaseException:
+                await runner.close()
+                raise
+            self._runner = runner
         else:
-            engine = create_async_engine(self.async_url, pool_size=10, max_overflow=20, pool_pre_ping=True)
-        self._engine = engine
-        async with engine.begin() as conn:
-            if self.is_postgres:
+            # No pool_pre_ping (a round trip per checkout): a dead pooled connection fails its statement,
+            # SQLAlchemy invalidates the pool, and reads are retried once on a fresh connection.
+            engine = create_async_engine(self.async_url, pool_size=10, max_overflow=20, hide_parameters=True)
+            # Readers run without BEGIN/ROLLBACK: each statement is its own snapshot, as under READ COMMITTED.
+            self._read_engine = create_async_engine(self.async_url, pool_size=5, max_overflow=15,
+                                                    isolation_level="AUTOCOMMIT", hide_parameters=True)
+            self._engine = engine
+            async with engine.begin() as conn:
                 # Two instances starting at once must not both run the migrations.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("migrations")})
-            await conn.run_sync(_upgrade)
+                await conn.run_sync(_upgrade)
         log.info("store open", extra={"dialect": self.dialect})
 
     async def close(self) -> None:
@@ -150,14 +546,17 @@ class Store:
             with contextlib.suppress(Exception):
                 await lock_conn.close()
         self._locks.clear()
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.close()
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                await engine.dispose()
+        self._engine = self._read_engine = None
 
     async def ping(self) -> bool:
         try:
-            async with self.reader() as conn:
-                await conn.execute(text("SELECT 1"))
+            await self._read(_scalar, _SELECT_1)
             return True
         except (OperationalError, OSError, UnavailableError):
             return False
@@ -166,47 +565,101 @@ class Store:
             return False
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.begin() as conn:
-            yield conn
+    async def transaction(self) -> AsyncIterator[StoreConnection]:
+        runner = self._runner
+        if runner is None:
+            async with self._pg_engine().begin() as conn:
+                yield _PgConnection(conn)
+            return
+        async with runner.writing():
+            tx = _SqliteConnection(runner, write=True)
+            try:
+                yield tx
+            except BaseException:
+                await tx.finish(commit=False)
+                raise
+            await tx.finish(commit=True)
 
     @contextlib.asynccontextmanager
-    async def reader(self) -> AsyncIterator[AsyncConnection]:
+    async def reader(self) -> AsyncIterator[StoreConnection]:
         """A read-only connection: on SQLite a deferred BEGIN, so readers never queue behind writers."""
-        async with self.engine.connect() as conn:
-            await conn.execution_options(handraise_read=True)
-            yield conn
+        runner = self._runner
+        if runner is None:
+            if self._read_engine is None:
+                raise UnavailableError("store is not open")
+            async with self._read_engine.connect() as conn:
+                yield _PgConnection(conn)
+            return
+        snapshot = _SqliteConnection(runner, write=False)
+        try:
+            yield snapshot
+        finally:
+            await snapshot.finish(commit=False)
 
     async def checkpoint(self) -> None:
         """Flush the SQLite WAL into the database file and truncate it (deleted values leave the disk)."""
-        if self.dialect != "sqlite":
+        runner = self._runner
+        if runner is None:
             return
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        # TRUNCATE waits for writers: ours must not be mid-transaction, or the one thread would wait on itself.
+        async with runner.writing():
+            await runner.call_to_the_end(runner.checkpoint_job)
+
+    # -- running units of work -------------------------------------------------
+
+    def _pg_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise UnavailableError("store is not open")
+        return self._engine
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        runner = self._runner
+        if runner is not None:
+            return await runner.read(fn, *args)
+        if self._read_engine is None:
+            raise UnavailableError("store is not open")
+        for attempt in (1, 2):
+            try:
+                async with self._read_engine.connect() as conn:
+                    return await conn.run_sync(fn, *args)
+            except DBAPIError as e:
+                # A pooled connection the server dropped: SQLAlchemy has invalidated the pool; a read is safe to repeat.
+                if attempt == 2 or not e.connection_invalidated:
+                    raise
+                log.warning("store: a pooled connection was dead; reading again on a fresh one")
+        raise AssertionError("unreachable")
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        runner = self._runner
+        if runner is not None:
+            return await runner.write(fn, *args)
+        async with self._pg_engine().begin() as conn:
+            return await conn.run_sync(fn, *args)
+
+    async def _on(self, conn: StoreConnection | None, fn: Callable[..., T], *args: Any) -> T:
+        """In the caller's transaction when given one, else as a read of its own."""
+        if conn is not None:
+            return await conn.run(fn, *args)
+        return await self._read(fn, *args)
 
     # -- requests --------------------------------------------------------------
 
-    async def insert_request(self, conn: AsyncConnection, row: Mapping[str, Any]) -> bool:
+    async def insert_request(self, conn: StoreConnection, row: Mapping[str, Any]) -> bool:
         """Insert; False when (tenant, unique_id) exists already."""
-        try:
-            async with conn.begin_nested():
-                await conn.execute(insert(requests_t).values(**row))
-        except IntegrityError:
-            return False
-        return True
+        return await conn.run(_rowcount, self._inserts.request, dict(row)) == 1
 
-    async def get_request(self, tenant_id: str, request_id: str, *, conn: AsyncConnection | None = None) -> dict[str, Any] | None:
-        stmt = select(requests_t).where(and_(requests_t.c.id == request_id, requests_t.c.tenant_id == tenant_id))
-        return await self._one(stmt, conn)
+    async def get_request(self, tenant_id: str, request_id: str, *,
+                          conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        return await self._on(conn, _first, _GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
 
     async def get_request_any_tenant(self, request_id: str) -> dict[str, Any] | None:
         # Only for internal wake-ups (a NOTIFY carries an id); never exposed to a caller.
-        return await self._one(select(requests_t).where(requests_t.c.id == request_id), None)
+        return await self._read(_first, _GET_REQUEST_ANY_TENANT, {"id": request_id})
 
-    async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *, conn: AsyncConnection | None = None) -> dict[str, Any] | None:
-        stmt = select(requests_t).where(and_(requests_t.c.tenant_id == tenant_id, requests_t.c.unique_id == unique_id))
-        return await self._one(stmt, conn)
+    async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *,
+                                       conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        return await self._on(conn, _first, _GET_REQUEST_BY_UNIQUE_ID,
+                              {"tenant_id": tenant_id, "unique_id": unique_id})
 
     async def list_requests(self, tenant_id: str, *, status: str | None = None, run_id: str | None = None,
                             limit: int = 100) -> list[dict[str, Any]]:
@@ -216,31 +669,20 @@ class Store:
         if run_id is not None:
             stmt = stmt.where(requests_t.c.run_id == run_id)
         stmt = stmt.order_by(requests_t.c.created_at).limit(limit)
-        async with self.reader() as conn:
-            return [dict(r._mapping) for r in await conn.execute(stmt)]
+        return await self._read(_all, stmt)
 
-    async def resolve_request(self, conn: AsyncConnection, *, request_id: str, tenant_id: str, status: str,
+    async def resolve_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str,
                               now: float, values: Mapping[str, Any], require_unexpired: bool) -> bool:
         """Compare-and-set pending → ``status``. True for the one winner."""
-        cond = [requests_t.c.id == request_id, requests_t.c.tenant_id == tenant_id, requests_t.c.status == "pending"]
-        if require_unexpired:
-            cond.append(requests_t.c.expires_at > now)
-        else:
-            cond.append(requests_t.c.expires_at <= now)
-        result = await conn.execute(
-            update(requests_t).where(and_(*cond)).values(status=status, resolved_at=now, **values)
-        )
-        return result.rowcount == 1
+        stmt = _RESOLVE_UNEXPIRED if require_unexpired else _RESOLVE_EXPIRED
+        params = {"status": status, "resolved_at": now, **values,
+                  "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
+        return await conn.run(_rowcount, stmt, params) == 1
 
-    async def cancel_request(self, conn: AsyncConnection, *, request_id: str, tenant_id: str, now: float,
+    async def cancel_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float,
                              principal: str) -> bool:
-        result = await conn.execute(
-            update(requests_t)
-            .where(and_(requests_t.c.id == request_id, requests_t.c.tenant_id == tenant_id,
-                        requests_t.c.status == "pending"))
-            .values(status="cancelled", resolved_at=now, resolved_by=principal, resolved_via="api")
-        )
-        return result.rowcount == 1
+        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
+        return await conn.run(_rowcount, _CANCEL_REQUEST, params) == 1
 
     async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str]]:
         stmt = (
@@ -249,51 +691,30 @@ class Store:
             .order_by(requests_t.c.expires_at)
             .limit(limit)
         )
-        async with self.reader() as conn:
-            return [(r.id, r.tenant_id) for r in await conn.execute(stmt)]
+        return [(r["id"], r["tenant_id"]) for r in await self._read(_all, stmt)]
 
     async def uncollected_sensitive(self, *, resolved_before: float, limit: int = 500) -> list[tuple[str, str]]:
         stmt = (select(requests_t.c.id, requests_t.c.tenant_id)
                 .where(and_(requests_t.c.sensitive.is_(True), requests_t.c.response_json.is_not(None),
                             requests_t.c.resolved_at < resolved_before))
                 .limit(limit))
-        async with self.reader() as conn:
-            return [(r.id, r.tenant_id) for r in await conn.execute(stmt)]
+        return [(r["id"], r["tenant_id"]) for r in await self._read(_all, stmt)]
 
     async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
-        async with self.transaction() as conn:
-            result = await conn.execute(
-                update(requests_t)
-                .where(and_(requests_t.c.id == request_id, requests_t.c.tenant_id == tenant_id,
-                            requests_t.c.response_json.is_not(None)))
-                .values(response_json=None, response_purged=True)
-            )
-        return result.rowcount == 1
+        return await self._write(_rowcount, _PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
 
     # -- journal ---------------------------------------------------------------
 
-    async def append_journal(self, conn: AsyncConnection, *, tenant_id: str, event: str,
+    async def append_journal(self, conn: StoreConnection, *, tenant_id: str, event: str,
                              request_id: str | None = None, run_id: str | None = None,
                              principal: str | None = None, channel: str | None = None,
                              data: Mapping[str, Any] | None = None, at: float | None = None) -> JournalEntry:
-        if self.is_postgres:
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _JOURNAL_LOCK_ID})
-        last = (await conn.execute(
-            select(journal_t.c.seq, journal_t.c.hash).order_by(journal_t.c.seq.desc()).limit(1)
-        )).first()
-        seq = 1 if last is None else last.seq + 1
-        prev_hash = GENESIS_HASH if last is None else last.hash
         at = time.time() if at is None else at
-        data_json = canonical_json(dict(data or {}))
-        digest = entry_hash(prev_hash=prev_hash, seq=seq, tenant_id=tenant_id, request_id=request_id, run_id=run_id,
-                            event=event, principal=principal, channel=channel, data_json=data_json, at=at)
-        await conn.execute(insert(journal_t).values(
-            seq=seq, tenant_id=tenant_id, request_id=request_id, run_id=run_id, event=event, principal=principal,
-            channel=channel, data_json=data_json, at=at, prev_hash=prev_hash, hash=digest,
-        ))
-        # The head is kept apart so that cutting entries off the end is detected too.
-        await self._put_state(conn, "journal", "head", json.dumps({"seq": seq, "hash": digest}), at)
-        return JournalEntry(seq, tenant_id, request_id, run_id, event, principal, channel, dict(data or {}), at,
+        plain = dict(data or {})
+        row = {"tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
+               "principal": principal, "channel": channel, "data_json": canonical_json(plain), "at": at}
+        seq, prev_hash, digest = await conn.run(_append_journal, self.is_postgres, row)
+        return JournalEntry(seq, tenant_id, request_id, run_id, event, principal, channel, plain, at,
                             prev_hash, digest)
 
     async def journal_entries(self, *, tenant_id: str | None = None, request_id: str | None = None,
@@ -307,15 +728,12 @@ class Store:
         if request_ids is not None:
             stmt = stmt.where(journal_t.c.request_id.in_(request_ids))
         stmt = stmt.order_by(journal_t.c.seq).limit(limit)
-        async with self.reader() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [_journal_entry(r._mapping) for r in rows]
+        return [_journal_entry(r) for r in await self._read(_all, stmt)]
 
     async def journal_rows_for_run(self, *, tenant_id: str, run_id: str, limit: int = 10000) -> list[JournalEntry]:
         stmt = (select(journal_t).where(and_(journal_t.c.tenant_id == tenant_id, journal_t.c.run_id == run_id))
                 .order_by(journal_t.c.seq).limit(limit))
-        async with self.reader() as conn:
-            return [_journal_entry(r._mapping) for r in (await conn.execute(stmt)).all()]
+        return [_journal_entry(r) for r in await self._read(_all, stmt)]
 
     async def verify_journal(self) -> list[str]:
         """Every break in the chain, as sentences; [] when it is whole."""
@@ -323,12 +741,10 @@ class Store:
         prev_hash, expected_seq, after = GENESIS_HASH, 1, 0
         while True:
             stmt = select(journal_t).where(journal_t.c.seq > after).order_by(journal_t.c.seq).limit(5000)
-            async with self.reader() as conn:
-                rows = (await conn.execute(stmt)).all()
+            rows = await self._read(_all, stmt)
             if not rows:
                 break
-            for row in rows:
-                r = row._mapping
+            for r in rows:
                 if r["seq"] != expected_seq:
                     problems.append(f"entry {expected_seq} is missing (next is {r['seq']})")
                 if r["prev_hash"] != prev_hash:
@@ -352,50 +768,35 @@ class Store:
 
     # -- links -----------------------------------------------------------------
 
-    async def insert_link(self, conn: AsyncConnection, row: Mapping[str, Any]) -> None:
-        await conn.execute(insert(links_t).values(**row))
+    async def insert_link(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
+        await conn.run(_rowcount, _INSERT_LINK, dict(row))
 
     async def get_link_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
-        return await self._one(select(links_t).where(links_t.c.token_sha256 == token_sha256), None)
+        return await self._read(_first, _GET_LINK_BY_HASH, {"token_sha256": token_sha256})
 
-    async def use_link(self, conn: AsyncConnection, *, link_id: str, now: float) -> bool:
-        result = await conn.execute(
-            update(links_t).where(and_(links_t.c.id == link_id, links_t.c.used_at.is_(None))).values(used_at=now)
-        )
-        return result.rowcount == 1
+    async def use_link(self, conn: StoreConnection, *, link_id: str, now: float) -> bool:
+        return await conn.run(_rowcount, _USE_LINK, {"w_id": link_id, "w_now": now}) == 1
 
     # -- deliveries ------------------------------------------------------------
 
     async def upsert_delivery(self, *, tenant_id: str, request_id: str, channel: str, target: str,
                               now: float) -> int:
-        async with self.transaction() as conn:
-            existing = (await conn.execute(select(deliveries_t.c.id).where(and_(
-                deliveries_t.c.request_id == request_id, deliveries_t.c.channel == channel,
-                deliveries_t.c.target == target)))).first()
-            if existing is not None:
-                return existing.id
-            result = await conn.execute(insert(deliveries_t).values(
-                tenant_id=tenant_id, request_id=request_id, channel=channel, target=target, status="pending",
-                attempts=0, created_at=now, updated_at=now,
-            ))
-            return result.inserted_primary_key[0]
+        return await self._write(_upsert_delivery, {
+            "tenant_id": tenant_id, "request_id": request_id, "channel": channel, "target": target,
+            "status": "pending", "attempts": 0, "created_at": now, "updated_at": now,
+        })
 
-    async def update_delivery(self, delivery_id: int, *, conn: AsyncConnection | None = None,
+    async def update_delivery(self, delivery_id: int, *, conn: StoreConnection | None = None,
                               **values: Any) -> None:
         values.setdefault("updated_at", time.time())
-        stmt = update(deliveries_t).where(deliveries_t.c.id == delivery_id).values(**values)
+        params = {**values, "w_id": delivery_id}
         if conn is not None:
-            await conn.execute(stmt)
+            await conn.run(_rowcount, _UPDATE_DELIVERY, params)
             return
-        async with self.transaction() as c:
-            await c.execute(stmt)
+        await self._write(_rowcount, _UPDATE_DELIVERY, params)
 
     async def deliveries_for(self, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
-        stmt = (select(deliveries_t).where(and_(deliveries_t.c.tenant_id == tenant_id,
-                                                deliveries_t.c.request_id == request_id))
-                .order_by(deliveries_t.c.id))
-        async with self.reader() as conn:
-            return [dict(r._mapping) for r in await conn.execute(stmt)]
+        return await self._read(_all, _DELIVERIES_FOR, {"tenant_id": tenant_id, "request_id": request_id})
 
     async def deliveries_for_many(self, tenant_id: str, request_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
@@ -404,78 +805,59 @@ class Store:
         stmt = (select(deliveries_t).where(and_(deliveries_t.c.tenant_id == tenant_id,
                                                 deliveries_t.c.request_id.in_(request_ids)))
                 .order_by(deliveries_t.c.id))
-        async with self.reader() as conn:
-            for r in await conn.execute(stmt):
-                out[r.request_id].append(dict(r._mapping))
+        for r in await self._read(_all, stmt):
+            out[r["request_id"]].append(r)
         return out
 
     async def find_delivery_by_ref(self, *, channel: str, ref_key: str) -> dict[str, Any] | None:
         """A delivery whose ``ref_json`` contains ``ref_key`` (connectors index their message ids this way)."""
         stmt = select(deliveries_t).where(and_(deliveries_t.c.channel == channel,
                                               deliveries_t.c.ref_json.contains(ref_key)))
-        return await self._one(stmt, None)
+        return await self._read(_first, stmt)
 
     # -- chat actions ----------------------------------------------------------
 
     async def insert_chat_actions(self, rows: list[Mapping[str, Any]]) -> None:
         if not rows:
             return
-        async with self.transaction() as conn:
-            await conn.execute(insert(chat_actions_t), [dict(r) for r in rows])
+        await self._write(_rowcount, _INSERT_CHAT_ACTION, [dict(r) for r in rows])
 
     async def get_chat_action(self, token: str, *, channel: str) -> dict[str, Any] | None:
-        stmt = select(chat_actions_t).where(and_(chat_actions_t.c.token == token, chat_actions_t.c.channel == channel))
-        return await self._one(stmt, None)
+        return await self._read(_first, _GET_CHAT_ACTION, {"token": token, "channel": channel})
 
     # -- message refs ----------------------------------------------------------
 
     async def insert_message_ref(self, row: Mapping[str, Any]) -> None:
-        async with self.transaction() as conn:
-            try:
-                async with conn.begin_nested():
-                    await conn.execute(insert(message_refs_t).values(**row))
-            except IntegrityError:
-                pass  # the same message remembered twice (a retried delivery): keep the first
+        # ON CONFLICT DO NOTHING: the same message remembered twice (a retried delivery) keeps the first.
+        await self._write(_rowcount, self._inserts.message_ref, dict(row))
 
     async def get_message_ref(self, *, channel: str, message_key: str) -> dict[str, Any] | None:
-        stmt = select(message_refs_t).where(and_(message_refs_t.c.channel == channel,
-                                                 message_refs_t.c.message_key == message_key))
-        return await self._one(stmt, None)
+        return await self._read(_first, _GET_MESSAGE_REF, {"channel": channel, "message_key": message_key})
 
     # -- api keys --------------------------------------------------------------
 
     async def insert_api_key(self, row: Mapping[str, Any]) -> None:
-        async with self.transaction() as conn:
-            await conn.execute(insert(api_keys_t).values(**row))
+        await self._write(_rowcount, _INSERT_API_KEY, dict(row))
 
     async def find_api_key(self, key_sha256: str) -> dict[str, Any] | None:
-        stmt = select(api_keys_t).where(and_(api_keys_t.c.key_sha256 == key_sha256, api_keys_t.c.revoked_at.is_(None)))
-        return await self._one(stmt, None)
+        return await self._read(_first, _FIND_API_KEY, {"key_sha256": key_sha256})
 
     async def list_api_keys(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         stmt = select(api_keys_t).order_by(api_keys_t.c.created_at)
         if tenant_id is not None:
             stmt = stmt.where(api_keys_t.c.tenant_id == tenant_id)
-        async with self.reader() as conn:
-            return [dict(r._mapping) for r in await conn.execute(stmt)]
+        return await self._read(_all, stmt)
 
     async def revoke_api_key(self, key_id: str, *, now: float) -> bool:
-        async with self.transaction() as conn:
-            result = await conn.execute(update(api_keys_t).where(and_(api_keys_t.c.id == key_id,
-                                                                      api_keys_t.c.revoked_at.is_(None)))
-                                        .values(revoked_at=now))
-        return result.rowcount == 1
+        return await self._write(_rowcount, _REVOKE_API_KEY, {"w_id": key_id, "w_now": now}) == 1
 
     # -- annotations -----------------------------------------------------------
 
-    async def insert_annotation(self, conn: AsyncConnection, row: Mapping[str, Any]) -> int:
-        result = await conn.execute(insert(annotations_t).values(**row))
-        return result.inserted_primary_key[0]
+    async def insert_annotation(self, conn: StoreConnection, row: Mapping[str, Any]) -> int:
+        return await conn.run(_inserted_pk, _INSERT_ANNOTATION, dict(row))
 
     async def get_annotation(self, tenant_id: str, annotation_id: str) -> dict[str, Any] | None:
-        stmt = select(annotations_t).where(and_(annotations_t.c.tenant_id == tenant_id,
-                                                annotations_t.c.annotation_id == annotation_id))
-        return await self._one(stmt, None)
+        return await self._read(_first, _GET_ANNOTATION, {"tenant_id": tenant_id, "annotation_id": annotation_id})
 
     async def list_annotations(self, tenant_id: str, run_id: str, *, after_seq: int = 0,
                                limit: int = 100) -> list[dict[str, Any]]:
@@ -483,8 +865,7 @@ class Store:
                 .where(and_(annotations_t.c.tenant_id == tenant_id, annotations_t.c.run_id == run_id,
                             annotations_t.c.seq > after_seq))
                 .order_by(annotations_t.c.seq).limit(limit))
-        async with self.reader() as conn:
-            return [dict(r._mapping) for r in await conn.execute(stmt)]
+        return await self._read(_all, stmt)
 
     async def query_annotations(self, tenant_id: str, *, run_id: str | None = None, since: float | None = None,
                                 until: float | None = None, limit: int = 100000) -> list[dict[str, Any]]:
@@ -496,48 +877,26 @@ class Store:
         if until is not None:
             stmt = stmt.where(annotations_t.c.created_at < until)
         stmt = stmt.order_by(annotations_t.c.seq).limit(limit)
-        async with self.reader() as conn:
-            return [dict(r._mapping) for r in await conn.execute(stmt)]
+        return await self._read(_all, stmt)
 
     # -- state -----------------------------------------------------------------
 
     async def get_state(self, namespace: str, key: str) -> str | None:
-        stmt = select(state_t.c.value).where(and_(state_t.c.namespace == namespace, state_t.c.key == key))
-        async with self.reader() as conn:
-            return (await conn.execute(stmt)).scalar()
+        return await self._read(_scalar, _GET_STATE, {"namespace": namespace, "key": key})
 
     async def set_state(self, namespace: str, key: str, value: str) -> None:
-        async with self.transaction() as conn:
-            await self._put_state(conn, namespace, key, value, time.time())
+        await self._write(_put_state, namespace, key, value, time.time())
 
     async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
         """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
-        async with self.transaction() as conn:
-            current = (await conn.execute(select(state_t.c.value).where(
-                and_(state_t.c.namespace == namespace, state_t.c.key == key)))).scalar()
-            if current is not None:
-                return current
-            try:
-                async with conn.begin_nested():
-                    await conn.execute(insert(state_t).values(namespace=namespace, key=key, value=value,
-                                                              updated_at=time.time()))
-            except IntegrityError:
-                return (await conn.execute(select(state_t.c.value).where(
-                    and_(state_t.c.namespace == namespace, state_t.c.key == key)))).scalar_one()
-            return value
-
-    async def _put_state(self, conn: AsyncConnection, namespace: str, key: str, value: str, now: float) -> None:
-        result = await conn.execute(update(state_t).where(and_(state_t.c.namespace == namespace, state_t.c.key == key))
-                                    .values(value=value, updated_at=now))
-        if result.rowcount == 0:
-            await conn.execute(insert(state_t).values(namespace=namespace, key=key, value=value, updated_at=now))
+        return await self._write(_set_state_if_absent, self._inserts.state, namespace, key, value)
 
     # -- notifications and leadership (PostgreSQL) -----------------------------
 
-    async def notify(self, conn: AsyncConnection, payload: Mapping[str, Any]) -> None:
+    async def notify(self, conn: StoreConnection, payload: Mapping[str, Any]) -> None:
         """Queue a NOTIFY in this transaction: other instances hear it only once it commits."""
         if self.is_postgres:
-            await conn.execute(text("SELECT pg_notify(:ch, :p)"), {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
+            await conn.run(_rowcount, _NOTIFY, {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
 
     def asyncpg_dsn(self) -> str:
         url = make_url(self.async_url).set(drivername="postgresql")
@@ -590,18 +949,9 @@ class Store:
 
     # -- helpers ---------------------------------------------------------------
 
-    async def _one(self, stmt: Any, conn: AsyncConnection | None) -> dict[str, Any] | None:
-        if conn is not None:
-            row = (await conn.execute(stmt)).first()
-        else:
-            async with self.reader() as c:
-                row = (await c.execute(stmt)).first()
-        return None if row is None else dict(row._mapping)
-
     async def count(self, table: str, tenant_id: str) -> int:
         t = {"requests": requests_t, "annotations": annotations_t, "journal": journal_t}[table]
-        async with self.reader() as conn:
-            return (await conn.execute(select(func.count()).select_from(t).where(t.c.tenant_id == tenant_id))).scalar_one()
+        return await self._read(_scalar, select(func.count()).select_from(t).where(t.c.tenant_id == tenant_id))
 
 
 def _journal_entry(r: Mapping[str, Any]) -> JournalEntry:
@@ -609,8 +959,8 @@ def _journal_entry(r: Mapping[str, Any]) -> JournalEntry:
                         r["channel"], json.loads(r["data_json"]), r["at"], r["prev_hash"], r["hash"])
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions begin (BEGIN IMMEDIATE below).
         dbapi_conn.isolation_level = None
@@ -623,7 +973,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         options = conn.get_execution_options()
         if options.get("isolation_level") == "AUTOCOMMIT":
