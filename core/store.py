@@ -13,15 +13,17 @@ Hot statements are built once, here, with bind parameters.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 import zlib
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -311,54 +313,134 @@ class _PgConnection(StoreConnection):
 # -- SQLite: one database thread ------------------------------------------------
 
 
-class _SqliteRunner:
-    """Owns the SQLite engine and the one thread every connection of it is used on.
+class _WriteQueue:
+    """The statements of one write transaction, in order, waiting for the database thread."""
 
-    A unit of work is one submit to that thread. Write transactions queue on an asyncio
-    lock before they reach the thread, so the thread never waits for a writer; readers
-    need no lock (WAL).
+    __slots__ = ("jobs", "queued")
+
+    def __init__(self) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.queued = False
+
+
+_Job = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], bool]
+
+
+class _DbThread:
+    """The one thread every SQLite connection is used on.
+
+    Write transactions are ordered here rather than on an asyncio lock: the next transaction's
+    first statement runs right after the previous one's COMMIT without a trip through the event
+    loop, and the open transaction's next statement runs before queued reads. Reads run while the
+    open transaction waits for its caller (WAL: they need no lock).
     """
+
+    def __init__(self, *, name: str) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._reads: deque[_Job] = deque()
+        self._writes: deque[_WriteQueue] = deque()
+        self._active: _WriteQueue | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], args: tuple[Any, ...], *, tx: _WriteQueue | None = None,
+               last: bool = False) -> concurrent.futures.Future[T]:
+        """Queue ``fn(*args)``; with ``tx``, after that transaction's earlier statements (``last`` ends it)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        job = (future, fn, args, last)
+        with self._cv:
+            if self._stopping:
+                raise UnavailableError("store is not open")
+            if tx is None:
+                self._reads.append(job)
+            else:
+                tx.jobs.append(job)
+                if not tx.queued and tx is not self._active:
+                    tx.queued = True
+                    self._writes.append(tx)
+            self._cv.notify()
+        return future
+
+    def stop(self) -> None:
+        """The thread ends once nothing it can run is left."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+
+    def _next(self) -> _Job | None:
+        with self._cv:
+            while True:
+                if self._active is None and self._writes:
+                    self._active = self._writes.popleft()
+                active = self._active
+                if active is not None and active.jobs:
+                    job = active.jobs.popleft()
+                    if job[3]:
+                        self._active = None
+                    return job
+                if self._reads:
+                    return self._reads.popleft()
+                if self._stopping:
+                    return None
+                self._cv.wait()
+
+    def _main(self) -> None:
+        while (job := self._next()) is not None:
+            future, fn, args, _last = job
+            if not future.set_running_or_notify_cancel():
+                continue  # its caller was cancelled before it started
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the caller, whatever it is
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+            del job, future, fn, args
+
+
+async def _result(future: concurrent.futures.Future[T]) -> T:
+    return await asyncio.wrap_future(future)
+
+
+async def _result_to_the_end(future: concurrent.futures.Future[T]) -> T:
+    # A cancelled caller must not cancel a COMMIT that is queued: the transaction's body completed.
+    return await asyncio.shield(asyncio.wrap_future(future))
+
+
+class _SqliteRunner:
+    """Owns the SQLite engine, its database thread and the connections used on that thread."""
 
     def __init__(self, *, url: str) -> None:
         # hide_parameters: a statement's values (answers) never appear in an exception's text.
         # max_overflow=-1: a checkout never waits, which on the one thread would wait forever.
         self.engine: Engine = create_engine(url, pool_size=2, max_overflow=-1, hide_parameters=True)
         _configure_sqlite(self.engine)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="handraise-sqlite")
-        self._write_lock = asyncio.Lock()
-        self._lock_owner: asyncio.Task[Any] | None = None
+        self.thread = _DbThread(name="handraise-sqlite")
+        self._writing: set[asyncio.Task[Any] | None] = set()
         # Used only on the database thread:
         self._reader: Connection | None = None  # autocommit: a lone SELECT needs no BEGIN/ROLLBACK
         self._writer: Connection | None = None
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def call_to_the_end(self, fn: Callable[..., T], *args: Any) -> T:
-        """Like ``call``, but a cancelled caller still lets ``fn`` run (a commit or rollback must happen)."""
-        future = asyncio.wrap_future(self._executor.submit(fn, *args))
-        return await asyncio.shield(future)
-
-    @contextlib.asynccontextmanager
-    async def writing(self) -> AsyncIterator[None]:
+    def enter_write(self) -> asyncio.Task[Any] | None:
         task = asyncio.current_task()
-        if task is not None and self._lock_owner is task:
-            # Would wait for itself forever: a store write call inside an open transaction() needs conn=.
+        if task in self._writing:
+            # Would wait for itself forever: a store write inside an open transaction() needs conn=.
             raise RuntimeError("a second write transaction inside an open one on the same task")
-        async with self._write_lock:
-            self._lock_owner = task
-            try:
-                yield
-            finally:
-                self._lock_owner = None
+        self._writing.add(task)
+        return task
+
+    def leave_write(self, task: asyncio.Task[Any] | None) -> None:
+        self._writing.discard(task)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.call(self._read_job, fn, args)
+        return await _result(self.thread.submit(self._read_job, (fn, args)))
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT), one submit."""
-        async with self.writing():
-            return await self.call_to_the_end(self._write_job, fn, args)
+        """``fn`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT): one submit."""
+        if asyncio.current_task() in self._writing:
+            raise RuntimeError("a second write transaction inside an open one on the same task")
+        return await _result(self.thread.submit(self._write_job, (fn, args), tx=_WriteQueue(), last=True))
 
     # The jobs below run on the database thread.
 
@@ -375,7 +457,7 @@ class _SqliteRunner:
         c = self._writer
         if c is None:
             c = self._writer = self.engine.connect()
-        if c.in_transaction():  # left open by a unit whose caller vanished: never carry it over
+        if c.in_transaction():  # left open by a transaction whose end never came: never carry it over
             c.rollback()
         c.begin()
         return c
@@ -391,14 +473,9 @@ class _SqliteRunner:
             raise
 
     def checkpoint_job(self) -> None:
-        c = self._reader
-        if c is None:
-            c = self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        try:
-            # Read to the end: a statement left unfinished would keep a read transaction open.
-            c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all()
-        finally:
-            c.rollback()
+        # Runs as a write transaction's only statement: no writer of ours is mid-transaction, which
+        # TRUNCATE would wait for. Read to the end: an unfinished statement keeps a read transaction open.
+        self._read_job(lambda c: c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all(), ())
 
     def migrate_job(self) -> None:
         with self.engine.begin() as c:
@@ -414,23 +491,26 @@ class _SqliteRunner:
 
     async def close(self) -> None:
         try:
-            await self.call_to_the_end(self.close_job)
+            await _result_to_the_end(self.thread.submit(self.close_job, ()))
         finally:
-            self._executor.shutdown(wait=False)
+            self.thread.stop()
 
 
 class _SqliteConnection(StoreConnection):
-    """A transaction (or a read snapshot) on the database thread; each ``run`` is one submit."""
+    """A write transaction (or a read snapshot) on the database thread; each ``run`` is one submit."""
 
     def __init__(self, runner: _SqliteRunner, *, write: bool) -> None:
         self._runner = runner
+        self._tx: _WriteQueue | None = None  # a writer's place in the thread's order, from its first statement
         self._write = write
         self._used = False
         self._conn: Connection | None = None  # set and used on the database thread only
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         self._used = True
-        return await self._runner.call(self._job, fn, args)
+        if self._write and self._tx is None:
+            self._tx = _WriteQueue()
+        return await _result(self._runner.thread.submit(self._job, (fn, args), tx=self._tx))
 
     def _job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         c = self._conn
@@ -444,11 +524,13 @@ class _SqliteConnection(StoreConnection):
             self._conn = c
         return fn(c, *args)
 
-    async def finish(self, *, commit: bool) -> None:
-        if self._used:
-            await self._runner.call_to_the_end(self._finish_job, commit)
+    def end(self, *, commit: bool) -> concurrent.futures.Future[None] | None:
+        """Queue the COMMIT (or ROLLBACK); None when no statement ran."""
+        if not self._used:
+            return None
+        return self._runner.thread.submit(self._end_job, (commit,), tx=self._tx, last=True)
 
-    def _finish_job(self, commit: bool) -> None:
+    def _end_job(self, commit: bool) -> None:
         c = self._conn
         if c is None:
             return
@@ -460,8 +542,12 @@ class _SqliteConnection(StoreConnection):
             c.rollback()
             raise
         finally:
-            if c.in_transaction():
-                c.rollback()
+            try:
+                if c.in_transaction():
+                    c.rollback()
+            except Exception:
+                # Nobody awaits a rollback; the next transaction's begin rolls back whatever is left.
+                log.exception("store: rollback failed")
             if not self._write:
                 c.close()  # back to the pool; the writer connection stays with the runner
 
@@ -522,7 +608,7 @@ class Store:
                 path.parent.mkdir(parents=True, exist_ok=True)
             runner = _SqliteRunner(url=make_url(self.async_url).set(drivername="sqlite").render_as_string(False))
             try:
-                await runner.call(runner.migrate_job)
+                await _result(runner.thread.submit(runner.migrate_job, (), tx=_WriteQueue(), last=True))
             except BaseException:
                 await runner.close()
                 raise
@@ -571,14 +657,18 @@ class Store:
             async with self._pg_engine().begin() as conn:
                 yield _PgConnection(conn)
             return
-        async with runner.writing():
-            tx = _SqliteConnection(runner, write=True)
-            try:
-                yield tx
-            except BaseException:
-                await tx.finish(commit=False)
-                raise
-            await tx.finish(commit=True)
+        task = runner.enter_write()
+        tx = _SqliteConnection(runner, write=True)
+        ok = False
+        try:
+            yield tx
+            ok = True
+        finally:
+            runner.leave_write(task)
+            # A failed body's ROLLBACK is queued, not awaited: the next transaction runs after it anyway.
+            end = tx.end(commit=ok)
+        if end is not None:
+            await _result_to_the_end(end)
 
     @contextlib.asynccontextmanager
     async def reader(self) -> AsyncIterator[StoreConnection]:
@@ -594,16 +684,16 @@ class Store:
         try:
             yield snapshot
         finally:
-            await snapshot.finish(commit=False)
+            end = snapshot.end(commit=False)
+            if end is not None:
+                await _result_to_the_end(end)
 
     async def checkpoint(self) -> None:
         """Flush the SQLite WAL into the database file and truncate it (deleted values leave the disk)."""
         runner = self._runner
         if runner is None:
             return
-        # TRUNCATE waits for writers: ours must not be mid-transaction, or the one thread would wait on itself.
-        async with runner.writing():
-            await runner.call_to_the_end(runner.checkpoint_job)
+        await _result(runner.thread.submit(runner.checkpoint_job, (), tx=_WriteQueue(), last=True))
 
     # -- running units of work -------------------------------------------------
 
