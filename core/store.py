@@ -13,7 +13,6 @@ Hot statements are built once, here, with bind parameters.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -323,7 +322,7 @@ class _WriteQueue:
         self.queued = False
 
 
-_Job = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], bool]
+_Job = tuple["asyncio.Future[Any]", asyncio.AbstractEventLoop, Callable[..., Any], tuple[Any, ...], bool, bool]
 
 
 class _DbThread:
@@ -332,7 +331,8 @@ class _DbThread:
     Write transactions are ordered here rather than on an asyncio lock: the next transaction's
     first statement runs right after the previous one's COMMIT without a trip through the event
     loop, and the open transaction's next statement runs before queued reads. Reads run while the
-    open transaction waits for its caller (WAL: they need no lock).
+    open transaction waits for its caller (WAL: they need no lock). Results reach the event loop
+    in batches: one wake-up for every job that finished while the loop was busy.
     """
 
     def __init__(self, *, name: str) -> None:
@@ -341,14 +341,20 @@ class _DbThread:
         self._writes: deque[_WriteQueue] = deque()
         self._active: _WriteQueue | None = None
         self._stopping = False
+        self._done_lock = threading.Lock()
+        self._done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., T], args: tuple[Any, ...], *, tx: _WriteQueue | None = None,
-               last: bool = False) -> concurrent.futures.Future[T]:
-        """Queue ``fn(*args)``; with ``tx``, after that transaction's earlier statements (``last`` ends it)."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        job = (future, fn, args, last)
+               last: bool = False, must_run: bool = False) -> asyncio.Future[T]:
+        """Queue ``fn(*args)``; with ``tx``, after that transaction's earlier statements (``last`` ends it).
+
+        A job whose future is cancelled before it starts is skipped, unless ``must_run`` (a COMMIT/ROLLBACK).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = (future, loop, fn, args, last, must_run)
         with self._cv:
             if self._stopping:
                 raise UnavailableError("store is not open")
@@ -376,7 +382,7 @@ class _DbThread:
                 active = self._active
                 if active is not None and active.jobs:
                     job = active.jobs.popleft()
-                    if job[3]:
+                    if job[4]:
                         self._active = None
                     return job
                 if self._reads:
@@ -387,25 +393,46 @@ class _DbThread:
 
     def _main(self) -> None:
         while (job := self._next()) is not None:
-            future, fn, args, _last = job
-            if not future.set_running_or_notify_cancel():
+            future, loop, fn, args, _last, must_run = job
+            if future.cancelled() and not must_run:
                 continue  # its caller was cancelled before it started
+            result: Any = None
+            error: BaseException | None = None
             try:
                 result = fn(*args)
             except BaseException as e:  # handed to the caller, whatever it is
-                future.set_exception(e)
-            else:
+                error = e
+            with self._done_lock:
+                batch = self._done.get(loop)
+                if batch is None:
+                    self._done[loop] = [(future, result, error)]
+                else:
+                    batch.append((future, result, error))
+            if batch is None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(self._deliver, loop)
+            del job, future, fn, args, result, error
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        # On the event loop.
+        with self._done_lock:
+            batch = self._done.pop(loop, [])
+        for future, result, error in batch:
+            if future.cancelled():
+                continue
+            if error is None:
                 future.set_result(result)
-            del job, future, fn, args
+            else:
+                future.set_exception(error)
 
 
-async def _result(future: concurrent.futures.Future[T]) -> T:
-    return await asyncio.wrap_future(future)
+async def _result(future: asyncio.Future[T]) -> T:
+    return await future
 
 
-async def _result_to_the_end(future: concurrent.futures.Future[T]) -> T:
+async def _result_to_the_end(future: asyncio.Future[T]) -> T:
     # A cancelled caller must not cancel a COMMIT that is queued: the transaction's body completed.
-    return await asyncio.shield(asyncio.wrap_future(future))
+    return await asyncio.shield(future)
 
 
 class _SqliteRunner:
@@ -491,7 +518,7 @@ class _SqliteRunner:
 
     async def close(self) -> None:
         try:
-            await _result_to_the_end(self.thread.submit(self.close_job, ()))
+            await _result_to_the_end(self.thread.submit(self.close_job, (), must_run=True))
         finally:
             self.thread.stop()
 
@@ -524,11 +551,11 @@ class _SqliteConnection(StoreConnection):
             self._conn = c
         return fn(c, *args)
 
-    def end(self, *, commit: bool) -> concurrent.futures.Future[None] | None:
+    def end(self, *, commit: bool) -> asyncio.Future[None] | None:
         """Queue the COMMIT (or ROLLBACK); None when no statement ran."""
         if not self._used:
             return None
-        return self._runner.thread.submit(self._end_job, (commit,), tx=self._tx, last=True)
+        return self._runner.thread.submit(self._end_job, (commit,), tx=self._tx, last=True, must_run=True)
 
     def _end_job(self, commit: bool) -> None:
         c = self._conn
