@@ -447,6 +447,12 @@ class RequestService:
         link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
                         row["used_at"])
         view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
+        if view.status == "answered" and link.used_at is None:
+            # The answer may have come through this very link between our two reads: its use
+            # commits with the answer, so a second look tells "used" from "answered elsewhere".
+            again = await self.store.get_link_by_hash(row["token_sha256"])
+            if again is not None and again["used_at"] is not None:
+                raise LinkUsedError("this link was used already")
         if link.used_at is not None:
             raise LinkUsedError("this link was used already")
         if view.status == "answered":

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientSession
+
+from sse import streams
 
 from conftest import (
     AGENT_KEY,
@@ -28,53 +29,14 @@ def body(uid: str, **extra: Any) -> dict[str, Any]:
     return {"unique_id": uid, "message_for_user": "Enter the code", "timeout_seconds": 60, **extra}
 
 
-class SseReader:
-    """Reads ``GET /v1/events`` and yields (event, data) pairs; ready once the subscription comment arrives."""
-
-    def __init__(self, api: Api, key: str, **params: str) -> None:
-        self.api, self.key, self.params = api, key, params
-        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-        self.ready = asyncio.Event()
-        self.status: int | None = None
-
-    async def run(self) -> None:
-        async with ClientSession() as session, session.get(
-            self.api.url("/v1/events"), params=self.params, headers={"Authorization": f"Bearer {self.key}"}
-        ) as resp:
-            self.status = resp.status
-            if resp.status != 200:
-                self.ready.set()
-                return
-            event = None
-            async for raw in resp.content:
-                line = raw.decode().rstrip("\n")
-                if line.startswith(": subscribed"):
-                    self.ready.set()
-                elif line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: ") and event:
-                    await self.events.put((event, json.loads(line[6:])))
-                    event = None
-
-    async def next(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:
-        return await asyncio.wait_for(self.events.get(), timeout)
-
-
-async def start_reader(api: Api, key: str, **params: str) -> tuple[SseReader, asyncio.Task[None]]:
-    reader = SseReader(api, key, **params)
-    task = asyncio.create_task(reader.run())
-    await asyncio.wait_for(reader.ready.wait(), 5)
-    return reader, task
-
-
 # -- events -----------------------------------------------------------------------
 
 
 async def test_events_stream_to_read_keys_of_the_same_tenant_only(api: Api) -> None:
-    mine, t1 = await start_reader(api, READER_KEY)
-    theirs, t2 = await start_reader(api, OTHER_READER_KEY)
-    filtered, t3 = await start_reader(api, READER_KEY, run_id="run-b")
-    try:
+    async with streams() as start:
+        mine = await start(api, READER_KEY)
+        theirs = await start(api, OTHER_READER_KEY)
+        filtered = await start(api, READER_KEY, run_id="run-b")
         req = await api.create(body("ev-1", run_id="run-a"))
         event, data = await mine.next()
         assert event == "request.created" and data["id"] == req["id"]
@@ -85,9 +47,6 @@ async def test_events_stream_to_read_keys_of_the_same_tenant_only(api: Api) -> N
         event, data = await filtered.next()
         assert data["id"] == other["id"]  # run-a's events never reached the run-b subscriber
         assert theirs.events.empty()
-    finally:
-        for task in (t1, t2, t3):
-            task.cancel()
 
 
 async def test_events_need_a_read_key(sqlite_api: Api) -> None:
@@ -109,13 +68,13 @@ async def test_sensitive_answer_reaches_the_agent_once_then_leaves_log_events_an
     caplog.set_level(logging.DEBUG)
     db = tmp_path / "secret.db"
     async with running_app(settings_from(base_config(f"sqlite:///{db}"))) as api:
-        reader, task = await start_reader(api, READER_KEY)
-        req = await api.create(body("otp", sensitive=True, schema={"type": "string", "pattern": "^[0-9]{12}$"}))
-        status, _ = await api.submit("otp", SECRET)
-        assert status == 200
-        _, created = await reader.next()
-        _, resolved = await reader.next()
-        task.cancel()
+        async with streams() as start:
+            reader = await start(api, READER_KEY)
+            req = await api.create(body("otp", sensitive=True, schema={"type": "string", "pattern": "^[0-9]{12}$"}))
+            status, _ = await api.submit("otp", SECRET)
+            assert status == 200
+            _, created = await reader.next()
+            _, resolved = await reader.next()
         assert resolved["status"] == "answered" and "response" not in resolved
         # A read key never sees it; the agent does, once.
         status, seen_by_reader = await api.call("GET", f"/v1/requests/{req['id']}", key=READER_KEY)
@@ -217,10 +176,10 @@ async def test_agent_waiting_on_one_instance_wakes_when_another_commits(pg_url: 
         assert done["response"] == "from b"
         assert loop.time() - answered_at < 1.0
         # b's event reached a's subscribers too
-        reader, task = await start_reader(a, READER_KEY)
-        await b.create(body("multi-2"))
-        event, data = await reader.next()
-        task.cancel()
+        async with streams() as start:
+            reader = await start(a, READER_KEY)
+            await b.create(body("multi-2"))
+            event, data = await reader.next()
         assert event == "request.created" and data["unique_id"] == "multi-2"
 
 
