@@ -104,6 +104,10 @@ class Dispatcher:
         if ev.type == REQUEST_CREATED:
             self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
         elif ev.type == REQUEST_RESOLVED:
+            # The event carries the deliveries as read right after the resolution: with none there is
+            # nothing to withdraw (one still being sent withdraws itself when it sees the outcome).
+            if ev.data.get("deliveries") == []:
+                return
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
 
     def _spawn(self, request_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
