@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from core.api import RequestView
+from core.connectors import outcome_text as shared_outcome_text
 from core.schema import FieldSpec, describe_field, fields
 
 HTML_FORMAT = "org.matrix.custom.html"
@@ -38,8 +39,6 @@ _TYPE_WORDS = {
     "email": "email address",
     "uri": "URL (e.g. https://example.com/page)",
 }
-_CHANNEL_WORDS = {"matrix": "Matrix", "telegram": "Telegram", "slack": "Slack", "web": "the web form",
-                  "api": "the API"}
 # Skin tones and the emoji variation selector ride along with 👍/👎 reactions.
 _EMOJI_NOISE = re.compile("[\U0001F3FB-\U0001F3FF\ufe0f]")
 
@@ -236,8 +235,8 @@ def outcome_text(request: RequestView) -> str:
     if request.status == "answered":
         if (request.resolved_by or "").startswith("link:"):
             return f"✅ Answered through the web form, {when}."
-        via = _CHANNEL_WORDS.get(request.resolved_via or "", request.resolved_via or "")
-        return f"✅ Answered by {describe_principal(request.resolved_by)} via {via}, {when}."
+        # The shared wording ("Answered by … via …"), with Matrix's names for principals.
+        return f"✅ {shared_outcome_text(request, who=describe_principal(request.resolved_by))}, {when}."
     if request.status == "expired":
         return f"⌛ Expired: no answer came in time ({when})."
     if request.status == "cancelled":
