@@ -132,11 +132,11 @@ async def seed_requests(*, storage_url: str, workdir: Path, count: int, concurre
     Only the waiters' memory is measured, so they need not be created over HTTP (minutes at SQLite's
     create rate); going through ``RequestService.create`` keeps them real requests, journal and all.
     """
-    from core.api import CreateRequestBody
-    from core.config import load_settings
-    from core.events import EventBus
-    from core.service import RequestService
-    from core.store import Store
+    from handraise.core.api import CreateRequestBody
+    from handraise.core.config import load_settings
+    from handraise.core.events import EventBus
+    from handraise.core.service import RequestService
+    from handraise.core.store import Store
 
     settings = load_settings(write_config(storage_url=storage_url, workdir=workdir))
     store = Store(url=settings.storage.url)
@@ -205,7 +205,7 @@ async def handraise_server(*, storage_url: str, workdir: Path, name: str) -> Asy
     config = write_config(storage_url=storage_url, workdir=workdir)
     port = free_port()
     log_path = workdir / f"{name}.log"
-    entry = ["-m", "core.cli", "serve"]
+    entry = ["-m", "handraise.core.cli", "serve"]
     # To bench a modified server without touching the tree: a script taking the CLI's arguments
     # (not a HANDRAISE_ variable: the server would read those as config keys).
     if os.environ.get("BENCH_SERVE_SCRIPT"):

@@ -50,12 +50,12 @@ from telegram.ext import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
-from core.api import RequestView
-from core.config import Settings
-from core.connectors import AnswerOutcome, Connector, outcome_text, rating_value
-from core.errors import ConfigError, ConnectorError, GoneError, NotFoundError
-from core.redaction import redact
-from core.schema import coerce_text, describe_field, fields, parse_field_lines
+from handraise.core.api import RequestView
+from handraise.core.config import Settings
+from handraise.core.connectors import AnswerOutcome, Connector, outcome_text, rating_value
+from handraise.core.errors import ConfigError, ConnectorError, GoneError, NotFoundError
+from handraise.core.redaction import redact
+from handraise.core.schema import coerce_text, describe_field, fields, parse_field_lines
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from core.api import RequestView, iso
-from core.config import Settings
-from core.connectors import Connector
-from core.errors import ConfigError, ConnectorError
+from handraise.core.api import RequestView, iso
+from handraise.core.config import Settings
+from handraise.core.connectors import Connector
+from handraise.core.errors import ConfigError, ConnectorError
 
 SIGNATURE_HEADER = "X-Handraise-Signature"
 TIMESTAMP_HEADER = "X-Handraise-Timestamp"

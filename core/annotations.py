@@ -21,9 +21,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.exc import IntegrityError
 
-from core.api import RequestView, iso
-from core.config import Settings
-from core.errors import (
+from handraise.core.api import RequestView, iso
+from handraise.core.config import Settings
+from handraise.core.errors import (
     BadRequestError,
     CapabilityNotProvidedError,
     ConflictError,
@@ -31,9 +31,9 @@ from core.errors import (
     PayloadTooLargeError,
     ValidationFailedError,
 )
-from core.events import RUN_ANNOTATED, Event, EventBus
-from core.redaction import redact, redact_value
-from core.store import Store
+from handraise.core.events import RUN_ANNOTATED, Event, EventBus
+from handraise.core.redaction import redact, redact_value
+from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
 

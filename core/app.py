@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from core.annotations import AnnotationService
-from core.appkeys import (
+from handraise.core.annotations import AnnotationService
+from handraise.core.appkeys import (
     ANNOTATIONS,
     BUS,
     CONNECTORS,
@@ -23,18 +23,18 @@ from core.appkeys import (
     SETTINGS,
     STORE,
 )
-from core.config import Settings
-from core.connectors import Connector, load_enabled
-from core.dispatch import Dispatcher
-from core.events import EventBus, PostgresListener
-from core.http import annotations as annotation_routes
-from core.http import events as events_routes
-from core.http import health, openapi
-from core.http import requests as request_routes
-from core.http.auth import Keyring
-from core.http.middleware import error_middleware
-from core.service import RequestService
-from core.store import NOTIFY_CHANNEL, Store
+from handraise.core.config import Settings
+from handraise.core.connectors import Connector, load_enabled
+from handraise.core.dispatch import Dispatcher
+from handraise.core.events import EventBus, PostgresListener
+from handraise.core.http import annotations as annotation_routes
+from handraise.core.http import events as events_routes
+from handraise.core.http import health, openapi
+from handraise.core.http import requests as request_routes
+from handraise.core.http.auth import Keyring
+from handraise.core.http.middleware import error_middleware
+from handraise.core.service import RequestService
+from handraise.core.store import NOTIFY_CHANNEL, Store
 
 log = logging.getLogger(__name__)
 

@@ -6,16 +6,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import ClientSession, web
 
-from core.config import Settings
-from core.events import EventBus
-from core.store import Store
+from handraise.core.config import Settings
+from handraise.core.events import EventBus
+from handraise.core.store import Store
 
 if TYPE_CHECKING:
-    from core.annotations import AnnotationService
-    from core.connectors import Connector
-    from core.dispatch import Dispatcher
-    from core.http.auth import Keyring
-    from core.service import RequestService
+    from handraise.core.annotations import AnnotationService
+    from handraise.core.connectors import Connector
+    from handraise.core.dispatch import Dispatcher
+    from handraise.core.http.auth import Keyring
+    from handraise.core.service import RequestService
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)

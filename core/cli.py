@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.config import ALL_SCOPES, Settings, hash_key, load_settings
-from core.errors import ConfigError, HandraiseError
+from handraise.core.config import ALL_SCOPES, Settings, hash_key, load_settings
+from handraise.core.errors import ConfigError, HandraiseError
 
 EXIT_ANSWERED, EXIT_ERROR, EXIT_EXPIRED, EXIT_CANCELLED, EXIT_USAGE = 0, 1, 2, 3, 64
 
@@ -33,8 +33,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
     from aiohttp.web_log import AccessLogger
 
-    from core.app import create_app
-    from core.logs import configure_logging
+    from handraise.core.app import create_app
+    from handraise.core.logs import configure_logging
 
     settings = _settings(args)
     if args.host:
@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             super().log(request, response, time)
 
     async def run() -> None:
-        from core.appkeys import KEYRING, STORE
+        from handraise.core.appkeys import KEYRING, STORE
 
         app = await create_app(settings)
         runner = web.AppRunner(app, access_log_class=TokenSafeAccessLogger, shutdown_timeout=5)
@@ -89,7 +89,7 @@ def _safe_url(url: str) -> str:
 
 
 async def _with_store(settings: Settings, fn: Any) -> Any:
-    from core.store import Store
+    from handraise.core.store import Store
 
     store = Store(url=settings.storage.url)
     await store.open()

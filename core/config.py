@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from core.errors import ConfigError
+from handraise.core.errors import ConfigError
 
 Scope = Literal["ask", "answer", "read", "annotate"]
 ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate")

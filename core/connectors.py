@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ValidationError
 
-from core.api import RequestView
-from core.config import Settings
-from core.errors import (
+from handraise.core.api import RequestView
+from handraise.core.config import Settings
+from handraise.core.errors import (
     AlreadyAnsweredError,
     ConfigError,
     ConflictError,
@@ -35,8 +35,8 @@ from core.errors import (
 )
 
 if TYPE_CHECKING:
-    from core.annotations import AnnotationService
-    from core.service import RequestService
+    from handraise.core.annotations import AnnotationService
+    from handraise.core.service import RequestService
 
 ENTRY_POINT_GROUP = "handraise.connectors"
 T = TypeVar("T")

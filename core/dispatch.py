@@ -17,12 +17,12 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from core.api import RequestView
-from core.connectors import Backoff, Connector
-from core.errors import ConnectorError, NotFoundError
-from core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
-from core.redaction import redact
-from core.service import RequestService
+from handraise.core.api import RequestView
+from handraise.core.connectors import Backoff, Connector
+from handraise.core.errors import ConnectorError, NotFoundError
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
+from handraise.core.redaction import redact
+from handraise.core.service import RequestService
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import sys
 
 import structlog
 
-from core.config import LoggingSettings
+from handraise.core.config import LoggingSettings
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
 

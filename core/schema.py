@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
-from core.errors import InvalidSchemaError
+from handraise.core.errors import InvalidSchemaError
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.api import CreateRequestBody, LinkView, MintedLink, RequestView
-from core.canonical import answer_sha256, canonical_json
-from core.config import Settings
-from core.errors import (
+from handraise.core.api import CreateRequestBody, LinkView, MintedLink, RequestView
+from handraise.core.canonical import answer_sha256, canonical_json
+from handraise.core.config import Settings
+from handraise.core.errors import (
     AlreadyAnsweredError,
     ConflictError,
     ExpiredError,
@@ -36,9 +36,9 @@ from core.errors import (
     UniqueIdReusedError,
     ValidationFailedError,
 )
-from core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
-from core.schema import check_schema, validate_answer
-from core.store import Store
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
+from handraise.core.schema import check_schema, validate_answer
+from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -571,7 +571,7 @@ def _delivery_row(d: Any) -> dict[str, Any]:
 
 
 def _entry_json(e: Any) -> dict[str, Any]:
-    from core.api import iso
+    from handraise.core.api import iso
 
     return {"seq": e.seq, "event": e.event, "request_id": e.request_id, "run_id": e.run_id,
             "principal": e.principal, "channel": e.channel, "data": e.data, "at": iso(e.at), "hash": e.hash}

@@ -36,9 +36,9 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from core.canonical import canonical_json
-from core.errors import UnavailableError
-from core.models import (
+from handraise.core.canonical import canonical_json
+from handraise.core.errors import UnavailableError
+from handraise.core.models import (
     AnnotationRow,
     ApiKeyRow,
     ChatActionRow,
@@ -1104,6 +1104,6 @@ def _configure_sqlite(engine: Engine) -> None:
 
 def _upgrade(sync_conn: Any) -> None:
     cfg = AlembicConfig()
-    cfg.set_main_option("script_location", "core:migrations")
+    cfg.set_main_option("script_location", "handraise.core:migrations")
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")

@@ -21,8 +21,8 @@ import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
-from core.app import create_app
-from core.config import Settings
+from handraise.core.app import create_app
+from handraise.core.config import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_HOST = os.environ.get("HANDRAISE_TEST_PG_HOST", "127.0.0.1")
@@ -117,7 +117,7 @@ def pg_template() -> str:
         pytest.skip(problem)
     import asyncpg
 
-    from core.store import Store
+    from handraise.core.store import Store
 
     name = f"hr_tpl_{os.getpid()}_{secrets.token_hex(3)}"
 

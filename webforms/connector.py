@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ConfigDict
 
-from core.api import LinkView, RequestView
-from core.config import Settings
-from core.connectors import Connector
-from core.errors import ConnectorError, HandraiseError, InvalidAnswerError
-from core.schema import FieldError
-from webforms.csrf import csrf_token, csrf_valid
-from webforms.pages import STATIC_ROUTE, Pages, page_response
-from webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
+from handraise.core.api import LinkView, RequestView
+from handraise.core.config import Settings
+from handraise.core.connectors import Connector
+from handraise.core.errors import ConnectorError, HandraiseError, InvalidAnswerError
+from handraise.core.schema import FieldError
+from handraise.webforms.csrf import csrf_token, csrf_valid
+from handraise.webforms.pages import STATIC_ROUTE, Pages, page_response
+from handraise.webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
 
 if TYPE_CHECKING:
-    from core.service import RequestService
+    from handraise.core.service import RequestService
 
 __all__ = ["WebFormsConnector", "WebFormsSettings"]
 

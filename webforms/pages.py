@@ -11,12 +11,13 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+import importlib.resources
 from pathlib import Path
 
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from webforms.render import CSRF_FIELD, FieldView
+from handraise.webforms.render import CSRF_FIELD, FieldView
 
 __all__ = [
     "CONTENT_SECURITY_POLICY",
@@ -32,7 +33,7 @@ __all__ = [
     "time_left_text",
 ]
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(str(importlib.resources.files("handraise.templates")))
 STATIC_DIR = TEMPLATES_DIR / "static"
 # "-" is never a link token (tokens are 43 URL-safe characters), so this cannot shadow /f/{token}.
 STATIC_ROUTE = "/f/-/static/"

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.schema import FieldError, FieldSpec, coerce_field, fields
+from handraise.core.schema import FieldError, FieldSpec, coerce_field, fields
 
 __all__ = [
     "CSRF_FIELD",

@@ -4,7 +4,7 @@ Import it as ``bots.matrix`` (entry point ``bots.matrix:MatrixConnector``), neve
 
 from __future__ import annotations
 
-from bots.matrix.connector import MatrixConnector
-from bots.matrix.settings import MatrixSettings, MatrixTenantSettings
+from handraise.bots.matrix.connector import MatrixConnector
+from handraise.bots.matrix.settings import MatrixSettings, MatrixTenantSettings
 
 __all__ = ["MatrixConnector", "MatrixSettings", "MatrixTenantSettings"]

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from html.parser import HTMLParser
 from typing import Any
 
-from core.api import RequestView
-from core.connectors import outcome_text as shared_outcome_text
-from core.schema import FieldSpec, describe_field, fields
+from handraise.core.api import RequestView
+from handraise.core.connectors import outcome_text as shared_outcome_text
+from handraise.core.schema import FieldSpec, describe_field, fields
 
 HTML_FORMAT = "org.matrix.custom.html"
 REQUIRED_MARK = "✱"

@@ -31,7 +31,7 @@ from nio import (
 from nio.api import MessageDirection
 from nio.exceptions import LocalProtocolError
 
-from bots.matrix.cards import (
+from handraise.bots.matrix.cards import (
     ACCEPTED,
     answer_text,
     card_content,
@@ -43,12 +43,12 @@ from bots.matrix.cards import (
     takes_reactions,
     thread_notice,
 )
-from bots.matrix.settings import MatrixSettings
-from core.api import RequestView
-from core.connectors import AnswerOutcome, Connector, invalid_answer_text
-from core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
-from core.redaction import redact
-from core.schema import coerce_text, parse_field_lines, validate_answer
+from handraise.bots.matrix.settings import MatrixSettings
+from handraise.core.api import RequestView
+from handraise.core.connectors import AnswerOutcome, Connector, invalid_answer_text
+from handraise.core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
+from handraise.core.redaction import redact
+from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
 
 log = logging.getLogger(__name__)
 

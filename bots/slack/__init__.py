@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bots.slack.connector import SlackConnector
-from bots.slack.settings import SlackSettings, SlackTenantSettings
+from handraise.bots.slack.connector import SlackConnector
+from handraise.bots.slack.settings import SlackSettings, SlackTenantSettings
 
 __all__ = ["SlackConnector", "SlackSettings", "SlackTenantSettings"]

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from core.api import RequestView, iso
-from core.schema import FieldSpec, coerce_field, describe_field, fields
+from handraise.core.api import RequestView, iso
+from handraise.core.schema import FieldSpec, coerce_field, describe_field, fields
 
 # Every interactive element of ours has an action_id with this prefix, so one Bolt listener routes them.
 ACTION_PREFIX = "hr_"

@@ -23,7 +23,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack.blocks import (
+from handraise.bots.slack.blocks import (
     ACTION_PREFIX,
     FORM_INTENT,
     INVALID_BUTTON,
@@ -44,10 +44,10 @@ from bots.slack.blocks import (
     read_answer,
     reminder_text,
 )
-from bots.slack.settings import SlackSettings
-from core.api import RequestView
-from core.connectors import Connector, rating_value
-from core.errors import (
+from handraise.bots.slack.settings import SlackSettings
+from handraise.core.api import RequestView
+from handraise.core.connectors import Connector, rating_value
+from handraise.core.errors import (
     AlreadyAnsweredError,
     ConfigError,
     ConnectorError,
@@ -55,7 +55,7 @@ from core.errors import (
     InvalidAnswerError,
     NotFoundError,
 )
-from core.schema import coerce_text
+from handraise.core.schema import coerce_text
 
 LEADER = "slack-socket"
 # How often a follower asks for the Socket Mode lock, and the leader checks it still holds it.

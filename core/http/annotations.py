@@ -11,11 +11,11 @@ import logging
 
 from aiohttp import web
 
-from core.annotations import AnnotationService, parse_time
-from core.appkeys import ANNOTATIONS, KEYRING, SETTINGS
-from core.errors import BadRequestError
-from core.http.auth import Principal
-from core.http.middleware import read_json
+from handraise.core.annotations import AnnotationService, parse_time
+from handraise.core.appkeys import ANNOTATIONS, KEYRING, SETTINGS
+from handraise.core.errors import BadRequestError
+from handraise.core.http.auth import Principal
+from handraise.core.http.middleware import read_json
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()

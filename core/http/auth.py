@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from core.config import Settings
-from core.errors import ForbiddenError, UnauthorizedError
-from core.store import Store
+from handraise.core.config import Settings
+from handraise.core.errors import ForbiddenError, UnauthorizedError
+from handraise.core.store import Store
 
 
 @dataclass(frozen=True)

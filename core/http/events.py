@@ -7,9 +7,9 @@ import json
 
 from aiohttp import web
 
-from core.appkeys import BUS, KEYRING
-from core.errors import BadRequestError
-from core.events import REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTATED
+from handraise.core.appkeys import BUS, KEYRING
+from handraise.core.errors import BadRequestError
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTATED
 
 routes = web.RouteTableDef()
 

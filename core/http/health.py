@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from core.appkeys import STORE
+from handraise.core.appkeys import STORE
 
 routes = web.RouteTableDef()
 

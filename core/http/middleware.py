@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from core.appkeys import SETTINGS
-from core.errors import BadRequestError, HandraiseError, PayloadTooLargeError
+from handraise.core.appkeys import SETTINGS
+from handraise.core.errors import BadRequestError, HandraiseError, PayloadTooLargeError
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import math
 from aiohttp import web
 from pydantic import ValidationError
 
-from core.api import LinkBody, RequestView, SubmitBody
-from core.appkeys import KEYRING, SERVICE, SETTINGS
-from core.errors import BadRequestError, ValidationFailedError
-from core.http.auth import Principal
-from core.http.middleware import read_json
-from core.service import pydantic_details
+from handraise.core.api import LinkBody, RequestView, SubmitBody
+from handraise.core.appkeys import KEYRING, SERVICE, SETTINGS
+from handraise.core.errors import BadRequestError, ValidationFailedError
+from handraise.core.http.auth import Principal
+from handraise.core.http.middleware import read_json
+from handraise.core.service import pydantic_details
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()

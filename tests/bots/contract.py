@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 import pytest
 from conftest import Api, base_config, running_app, settings_from
 
-from core.appkeys import DISPATCHER, SERVICE
-from core.connectors import Connector
+from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.connectors import Connector
 
 DriverFactory = Callable[[pytest.FixtureRequest], "ConnectorDriver"]
 DRIVERS: dict[str, DriverFactory] = {}

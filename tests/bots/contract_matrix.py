@@ -11,10 +11,10 @@ import pytest
 from conftest import Api
 from nio import RoomGetEventResponse
 
-from bots.matrix import MatrixConnector
-from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
-from core.appkeys import CONNECTORS
-from core.connectors import Connector
+from handraise.bots.matrix import MatrixConnector
+from handraise.bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from handraise.core.appkeys import CONNECTORS
+from handraise.core.connectors import Connector
 from harness.synapse import SynapseServer, unique_localpart
 from tests.bots.contract import Action, ConnectorDriver, Posted, register_driver
 from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_notice_to, relates

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import Api
 
-from bots.telegram import TelegramConnector
-from core.connectors import Connector
+from handraise.bots.telegram import TelegramConnector
+from handraise.core.connectors import Connector
 from tests.bots.contract import Action, ConnectorDriver, Posted, register_driver
 from tests.fakes.telegram import Call, FakeTelegram, StoredMessage
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bots.slack import SlackConnector
+from handraise.bots.slack import SlackConnector
 from conftest import Api, base_config, running_app, settings_from
 from tests.fakes.slack import FakeSlack, SlackCall, post_interaction, sign_request
 

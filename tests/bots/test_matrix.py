@@ -19,10 +19,10 @@ import pytest
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 from nio import RoomCreateResponse, RoomGetEventResponse
 
-from bots.matrix import MatrixConnector
-from bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
-from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
-from core.store import Store
+from handraise.bots.matrix import MatrixConnector
+from handraise.bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.store import Store
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
 from tests.bots.matrix_helpers import (

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from bots.matrix import MatrixConnector
-from bots.matrix.cards import answer_text, card_content, outcome_content, reaction_vote
-from bots.matrix.connector import level_needed, message_key, power_of
+from handraise.bots.matrix import MatrixConnector
+from handraise.bots.matrix.cards import answer_text, card_content, outcome_content, reaction_vote
+from handraise.bots.matrix.connector import level_needed, message_key, power_of
 from conftest import base_config, settings_from
-from core.api import RequestView
-from core.errors import ConfigError
-from core.schema import APPROVAL_SCHEMA
+from handraise.core.api import RequestView
+from handraise.core.errors import ConfigError
+from handraise.core.schema import APPROVAL_SCHEMA
 
 BOT = "@bot:example.org"
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from conftest import READER_KEY, Api, base_config, running_app, settings_from
 
-from bots.slack import SlackConnector
-from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.bots.slack import SlackConnector
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.slack_helpers import (

@@ -15,11 +15,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-import bots.slack.connector as slack_connector
-from bots.slack import SlackConnector
+import handraise.bots.slack.connector as slack_connector
+from handraise.bots.slack import SlackConnector
 from conftest import OPERATOR_KEY, base_config, settings_from
-from core.appkeys import DISPATCHER, SERVICE
-from core.errors import ConfigError
+from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.errors import ConfigError
 from tests.bots.slack_helpers import (
     ACME_CHANNEL,
     ALICE,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bots.slack.blocks import (
+from handraise.bots.slack.blocks import (
     FORM_INTENT,
     MODAL_INTENT,
     block_errors,
@@ -17,8 +17,8 @@ from bots.slack.blocks import (
     plan_buttons,
     read_answer,
 )
-from core.api import RequestView
-from core.schema import check_schema
+from handraise.core.api import RequestView
+from handraise.core.schema import check_schema
 from tests.bots.slack_helpers import option_value, options_value, text_value
 
 CREATED = 1_000_000.0

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from conftest import Api, base_config, running_app, settings_from
 
-from bots.telegram import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, TelegramConnector, utf16_len
-from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
-from core.config import Settings
-from core.errors import AlreadyAnsweredError, ConfigError, GoneError
+from handraise.bots.telegram import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, TelegramConnector, utf16_len
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.config import Settings
+from handraise.core.errors import AlreadyAnsweredError, ConfigError, GoneError
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.fakes.telegram import SECRET_HEADER, Call

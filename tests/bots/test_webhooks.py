@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from conftest import OTHER_AGENT_KEY, base_config, running_app, settings_from
 
-from bots.webhooks import (
+from handraise.bots.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
@@ -25,9 +25,9 @@ from bots.webhooks import (
     WebhookConnector,
     verify_signature,
 )
-from core.appkeys import DISPATCHER, SERVICE
-from core.config import Settings
-from core.errors import ConfigError
+from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.config import Settings
+from handraise.core.errors import ConfigError
 
 SECRET = "whsec-0123456789abcdef"
 
@@ -209,7 +209,7 @@ async def test_routing_by_tenant_and_event_filter(tmp_path: Path, receiver: Rece
 def test_verify_signature_refuses_tampering_and_replays() -> None:
     body = b'{"event":"request.created"}'
     now = 1_800_000_000
-    from bots.webhooks import sign
+    from handraise.bots.webhooks import sign
 
     signature = sign(SECRET, timestamp=now, body=body)
     assert verify_signature(SECRET, timestamp=str(now), body=body, signature=signature, now=now + 299)

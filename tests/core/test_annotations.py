@@ -23,8 +23,8 @@ from conftest import (
     running_app,
     settings_from,
 )
-from core.appkeys import ANNOTATIONS, STORE
-from core.errors import CapabilityNotProvidedError
+from handraise.core.appkeys import ANNOTATIONS, STORE
+from handraise.core.errors import CapabilityNotProvidedError
 
 # RFC 0056 §A, verbatim.
 FEEDBACK_CAPABILITY_SCHEMA: dict[str, Any] = {

@@ -18,10 +18,10 @@ from conftest import (
     running_app,
     settings_from,
 )
-from core.annotations import AnnotationService
-from core.appkeys import ANNOTATIONS, BUS, STORE
-from core.errors import ForbiddenError, PayloadTooLargeError, ValidationFailedError
-from core.events import RUN_ANNOTATED
+from handraise.core.annotations import AnnotationService
+from handraise.core.appkeys import ANNOTATIONS, BUS, STORE
+from handraise.core.errors import ForbiddenError, PayloadTooLargeError, ValidationFailedError
+from handraise.core.events import RUN_ANNOTATED
 
 
 async def annotate(api: Api, run_id: str, body: dict[str, Any], *, key: str = ANNOTATOR_KEY) -> tuple[int, Any]:

@@ -17,7 +17,7 @@ from conftest import (
     running_app,
     settings_from,
 )
-from core.annotations import decode_cursor, encode_cursor
+from handraise.core.annotations import decode_cursor, encode_cursor
 
 RUN = "run-v"
 PATH = f"/v1/runs/{RUN}/annotations"

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from core.canonical import CanonicalizationError, answer_sha256, canonical_bytes, canonical_json
+from handraise.core.canonical import CanonicalizationError, answer_sha256, canonical_bytes, canonical_json
 
 
 def from_ieee(bits: str) -> float:

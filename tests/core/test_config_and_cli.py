@@ -21,8 +21,8 @@ import aiohttp
 import pytest
 from pydantic import BaseModel
 
-from core.config import Settings, load_settings
-from core.errors import ConfigError
+from handraise.core.config import Settings, load_settings
+from handraise.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"
@@ -63,7 +63,7 @@ def _all_keys(model: type[BaseModel]) -> set[str]:
 
 
 def test_example_config_documents_every_connector_key() -> None:
-    from core.connectors import discover
+    from handraise.core.connectors import discover
 
     text = EXAMPLE.read_text()
     settings = load_settings(EXAMPLE, environ={})
@@ -162,14 +162,14 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(args: list[str], *, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "handraise.core.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=60, env=_env(), **kwargs)
 
 
 @contextlib.contextmanager
 def serving(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "serve", "--port", str(port), *args], cwd=cwd,
+    proc = subprocess.Popen([sys.executable, "-m", "handraise.core.cli", "serve", "--port", str(port), *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         assert proc.stdout is not None
@@ -244,7 +244,7 @@ async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
         env = _env(HANDRAISE_KEY=agent, HANDRAISE_URL=base)
 
         async def ask(*extra: str) -> subprocess.Popen[str]:
-            return subprocess.Popen([sys.executable, "-m", "core.cli", "ask", "Approve the deploy?", *extra],
+            return subprocess.Popen([sys.executable, "-m", "handraise.core.cli", "ask", "Approve the deploy?", *extra],
                                     cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
         asking = await ask("--approval", "--unique-id", "cli-approval", "--timeout", "60")

@@ -10,10 +10,10 @@ import pytest
 from conftest import base_config, running_app, settings_from
 from pydantic import BaseModel, ConfigDict
 
-from core.api import RequestView
-from core.appkeys import CONNECTORS, SERVICE
-from core.connectors import Connector, discover, load_enabled, outcome_text
-from core.errors import ConfigError
+from handraise.core.api import RequestView
+from handraise.core.appkeys import CONNECTORS, SERVICE
+from handraise.core.connectors import Connector, discover, load_enabled, outcome_text
+from handraise.core.errors import ConfigError
 
 
 class PlainSettings(BaseModel):
@@ -43,13 +43,13 @@ class PlainConnector(Connector):
 def test_connectors_are_found_by_entry_point() -> None:
     found = discover()
     assert {"telegram", "webhooks"} <= set(found)
-    assert found["telegram"].value == "bots.telegram:TelegramConnector"
+    assert found["telegram"].value == "handraise.bots.telegram:TelegramConnector"
     assert found["telegram"].load().name == "telegram"
     assert found["webhooks"].load().name == "webhooks"
 
 
 def test_a_connector_is_enabled_by_its_section(tmp_path: Path) -> None:
-    from bots.telegram import TelegramConnector
+    from handraise.bots.telegram import TelegramConnector
 
     url = f"sqlite:///{tmp_path / 'c.db'}"
     section = {"token": "1:x", "chat_ids": [1], "allowed_user_ids": [2], "tenant": "acme"}
@@ -63,11 +63,11 @@ def test_a_connector_is_enabled_by_its_section(tmp_path: Path) -> None:
 def test_load_enabled_imports_only_configured_connectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    import core.connectors as connectors
+    import handraise.core.connectors as connectors
 
     eps = {
         "web": EntryPoint("web", "tests.core.test_connectors:PlainConnector", "handraise.connectors"),
-        "telegram": EntryPoint("telegram", "bots.telegram:TelegramConnector", "handraise.connectors"),
+        "telegram": EntryPoint("telegram", "handraise.bots.telegram:TelegramConnector", "handraise.connectors"),
         "slack": EntryPoint("slack", "no_such_module_anywhere:Nope", "handraise.connectors"),
     }
     monkeypatch.setattr(connectors, "discover", lambda: eps)

@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 
-from core.api import RequestView
-from core.appkeys import CONNECTORS, DISPATCHER, SERVICE
-from core.connectors import Connector, outcome_text
-from core.errors import ConnectorError
+from handraise.core.api import RequestView
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.connectors import Connector, outcome_text
+from handraise.core.errors import ConnectorError
 
 
 class ScriptedConnector(Connector):

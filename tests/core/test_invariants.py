@@ -22,7 +22,7 @@ from conftest import (
     running_app,
     settings_from,
 )
-from core.appkeys import SERVICE, STORE
+from handraise.core.appkeys import SERVICE, STORE
 
 
 def body(uid: str, **extra: Any) -> dict[str, Any]:
@@ -98,7 +98,7 @@ async def test_sensitive_answer_is_deleted_on_postgres_too(pg_url: str) -> None:
         await api.submit("otp-pg", SECRET)
         assert (await api.wait(req["id"]))["response"] == SECRET
     # The server has finished every handler (the deletion follows the response's last byte).
-    from core.store import Store
+    from handraise.core.store import Store
 
     store = Store(url=pg_url)
     await store.open()
@@ -143,7 +143,7 @@ def _tamper(db: Path, sql: str) -> None:
 ])
 async def test_journal_tampering_is_detected_by_the_cli(tmp_path: Path, sql: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from core.cli import main
+    from handraise.core.cli import main
 
     db = tmp_path / "j.db"
     config = tmp_path / "handraise.toml"

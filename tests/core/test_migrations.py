@@ -6,8 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
-import core.models  # noqa: F401  (registers the tables)
-from core.store import Store
+import handraise.core.models  # noqa: F401  (registers the tables)
+from handraise.core.store import Store
 
 
 async def test_migrations_match_the_models(storage_url: str) -> None:

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from core.redaction import REDACTED, redact, redact_value
+from handraise.core.redaction import REDACTED, redact, redact_value
 
 # Fake credentials are assembled at run time so secret scanners do not flag this file.
 ALNUM = string.ascii_letters + string.digits

@@ -226,7 +226,7 @@ async def test_fifty_concurrent_answers_one_winner(api: Api) -> None:
     winner = next(i for i, (s, _) in enumerate(results) if s == 200)
     done = await api.wait(req["id"])
     assert done["response"] == f"answer-{winner}"
-    entries = await api.app[__import__("core.appkeys", fromlist=["SERVICE"]).SERVICE].journal_entries(
+    entries = await api.app[__import__("handraise.core.appkeys", fromlist=["SERVICE"]).SERVICE].journal_entries(
         tenant_id="acme", request_id=req["id"])
     assert [e["event"] for e in entries].count("answered") == 1
 
@@ -284,7 +284,7 @@ async def test_expiry_is_explicit_and_prompt(api: Api) -> None:
 
 async def test_sweeper_expires_requests_nobody_waits_for(api: Api) -> None:
     req = await api.create(body("sweep", timeout_seconds=1))
-    with api.app[__import__("core.appkeys", fromlist=["BUS"]).BUS].subscribe(tenant_id="acme") as sub:
+    with api.app[__import__("handraise.core.appkeys", fromlist=["BUS"]).BUS].subscribe(tenant_id="acme") as sub:
         ev = await asyncio.wait_for(sub.queue.get(), 5)
     assert ev.type == "request.resolved" and ev.data["status"] == "expired" and ev.object_id == req["id"]
 
@@ -303,7 +303,7 @@ async def test_cancel(api: Api) -> None:
 
 async def test_blocking_human_feedback_returns_the_answer(api: Api) -> None:
     call = asyncio.create_task(api.call("POST", "/v1/human-feedback", json=body("hf", timeout_seconds=30)))
-    service = api.app[__import__("core.appkeys", fromlist=["SERVICE"]).SERVICE]
+    service = api.app[__import__("handraise.core.appkeys", fromlist=["SERVICE"]).SERVICE]
     with service.bus.subscribe(tenant_id="acme", types={"request.created"}) as sub:
         if not (await service.list(tenant_id="acme", status="pending")):
             await asyncio.wait_for(sub.queue.get(), 5)

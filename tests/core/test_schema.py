@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from core.errors import InvalidSchemaError, ValidationFailedError
-from core.schema import (
+from handraise.core.errors import InvalidSchemaError, ValidationFailedError
+from handraise.core.schema import (
     APPROVAL_SCHEMA,
     FORMAT_CHECKER,
     MAX_FIELDS,

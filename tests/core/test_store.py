@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core.store import Store
+from handraise.core.store import Store
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ import pytest
 from aiohttp import ClientSession
 
 from conftest import AGENT_KEY, OPERATOR_KEY, base_config, settings_from
-from core.app import create_app
+from handraise.core.app import create_app
 from harness.browser import screenshot, serve_app
 from harness.fixtures import browser, page  # noqa: F401  (registers the fixtures)
-from webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsConnector
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -25,11 +25,11 @@ from conftest import (
     running_app,
     settings_from,
 )
-from core.appkeys import CONNECTORS, SERVICE, STORE
-from core.errors import ConfigError, ConnectorError
-from webforms.connector import WebFormsConnector
-from webforms.pages import CONTENT_SECURITY_POLICY
-from webforms.render import CSRF_FIELD, OFFSET_PREFIX, ROOT_NAME
+from handraise.core.appkeys import CONNECTORS, SERVICE, STORE
+from handraise.core.errors import ConfigError, ConnectorError
+from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.pages import CONTENT_SECURITY_POLICY
+from handraise.webforms.render import CSRF_FIELD, OFFSET_PREFIX, ROOT_NAME
 
 from .html_tools import by_id, csrf_of, field_container, find, one, parse, visible_text, within
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from multidict import MultiDict
 
-from core.schema import APPROVAL_SCHEMA, FieldError, check_schema, validate_answer
-from webforms.pages import Pages, time_left_text
-from webforms.render import (
+from handraise.core.schema import APPROVAL_SCHEMA, FieldError, check_schema, validate_answer
+from handraise.webforms.pages import Pages, time_left_text
+from handraise.webforms.render import (
     CSRF_FIELD,
     OFFSET_PREFIX,
     RADIO_MAX,
