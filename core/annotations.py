@@ -226,21 +226,21 @@ class AnnotationService:
         if assigned:
             raise ValidationFailedError(
                 f"{', '.join(assigned)} {'is' if len(assigned) == 1 else 'are'} assigned by the server",
-                details=[{"field": k, "message": "assigned by the server; leave it out"} for k in assigned])
+                fields=[{"field": k, "message": "assigned by the server; leave it out"} for k in assigned])
         try:
             parsed = AnnotationBody.model_validate(body)
         except ValidationError as e:
-            raise ValidationFailedError("the annotation is not valid", details=_details(e)) from None
+            raise ValidationFailedError("the annotation is not valid", fields=_details(e)) from None
         details = _signal_details(parsed.signal)
         if details:
             raise ValidationFailedError("the annotation is not valid: " + "; ".join(
-                f"{d['field']} {d['message']}" for d in details), details=details)
+                f"{d['field']} {d['message']}" for d in details), fields=details)
         oversized = [{"field": name, "message": f"at most {limit} characters"}
                      for name, limit in MAX_TEXT_CHARS.items()
                      if len(_text_field(parsed, name) or "") > limit]
         if oversized:
             raise PayloadTooLargeError("; ".join(f"{d['field']}: {d['message']}" for d in oversized),
-                                       details=oversized)
+                                       fields=oversized)
         return parsed
 
     # -- record ----------------------------------------------------------------
@@ -260,7 +260,7 @@ class AnnotationService:
         target = parsed.target or AnnotationTarget()
         if target.runId is not None and target.runId != run_id:
             raise ValidationFailedError("target.runId must match the run in the path",
-                                        details=[{"field": "target.runId", "message": "must match the run in the path"}])
+                                        fields=[{"field": "target.runId", "message": "must match the run in the path"}])
         if parsed.supersedes is not None:
             await self._check_supersedes(tenant_id=tenant_id, run_id=run_id, principal=principal,
                                          annotation_id=parsed.supersedes)
@@ -302,7 +302,7 @@ class AnnotationService:
         if previous is None or previous["run_id"] != run_id:
             # Another tenant's annotation reads exactly like a missing one.
             raise ValidationFailedError("supersedes must name an annotation of this run",
-                                        details=[{"field": "supersedes", "message": "no such annotation on this run"}])
+                                        fields=[{"field": "supersedes", "message": "no such annotation on this run"}])
         if previous["principal"] != principal:
             raise ForbiddenError("an annotation can only be superseded by the actor who recorded it")
 
@@ -445,7 +445,7 @@ def _text_field(body: AnnotationBody, name: str) -> str | None:
 def _check_run_id(run_id: str) -> None:
     if not run_id or len(run_id) > MAX_ID_CHARS:
         raise ValidationFailedError(f"runId must be 1 to {MAX_ID_CHARS} characters",
-                                    details=[{"field": "runId", "message": f"1 to {MAX_ID_CHARS} characters"}])
+                                    fields=[{"field": "runId", "message": f"1 to {MAX_ID_CHARS} characters"}])
 
 
 def _redacted(text: str | None) -> str | None:

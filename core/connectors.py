@@ -422,7 +422,7 @@ def _principal_label(principal: str | None) -> str:
 
 def invalid_answer_text(error: InvalidAnswerError) -> str:
     """An invalid answer explained to the human, one line per field; never quotes the value."""
-    details = error.details if isinstance(error.details, list) else []
+    details = error.fields
     lines = []
     for d in details:
         field, message = d.get("field") or "", d.get("message") or ""

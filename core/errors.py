@@ -1,7 +1,9 @@
 """Handraise's error tree: every failure the API can report, with its code and status.
 
-One middleware (``core/http/middleware.py``) turns these into
-``{"error": {"code", "message", "details"?}}``; the code strings are the API's.
+One middleware (``core/http/middleware.py``) turns these into OpenWOP's flat
+envelope ``{"error": "<code>", "message": "...", "details"?: {...}}``; the code
+strings are the API's. Per-field problems travel as ``fields`` and reach the
+wire as ``details.fields: [{"field", "message"}]``.
 
     HandraiseError (500 internal)
     ├── ConfigError                      bad configuration (never reaches HTTP)
@@ -21,7 +23,7 @@ One middleware (``core/http/middleware.py``) turns these into
     ├── PayloadTooLargeError (413 payload_too_large)
     ├── ValidationFailedError (422 validation_error) a body field is wrong
     │   ├── InvalidSchemaError (422 invalid_schema)
-    │   └── InvalidAnswerError (422 invalid_answer)  details: [{"field", "message"}]
+    │   └── InvalidAnswerError (422 invalid_answer)  details.fields: [{"field", "message"}]
     ├── RateLimitedError (429 rate_limited)
     ├── CapabilityNotProvidedError (501 capability_not_provided)
     └── UnavailableError (503 unavailable)           the store does not answer
@@ -36,16 +38,28 @@ class HandraiseError(Exception):
     code: str = "internal"
     status: int = 500
 
-    def __init__(self, message: str = "", *, details: Any = None) -> None:
+    def __init__(self, message: str = "", *, fields: list[dict[str, str]] | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message or self.code.replace("_", " "))
         self.message = message or self.code.replace("_", " ")
-        self.details = details
+        # Per-field problems, each {"field", "message"}: what a form or a chat bot shows beside a field.
+        self.fields: list[dict[str, str]] = list(fields or [])
+        self.details: dict[str, Any] = dict(details or {})
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            body["details"] = self.details
-        return {"error": body}
+        return error_body(self.code, self.message, fields=self.fields, details=self.details)
+
+
+def error_body(code: str, message: str, *, fields: list[dict[str, str]] | None = None,
+               details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """OpenWOP's flat error envelope; ``details`` only when there is something in it."""
+    body: dict[str, Any] = {"error": code, "message": message}
+    extra = dict(details or {})
+    if fields:
+        extra["fields"] = list(fields)
+    if extra:
+        body["details"] = extra
+    return body
 
 
 class ConfigError(HandraiseError):

@@ -84,7 +84,7 @@ class RequestService:
         try:
             return CreateRequestBody.model_validate(body)
         except ValidationError as e:
-            raise ValidationFailedError("the request body is not valid", details=pydantic_details(e)) from None
+            raise ValidationFailedError("the request body is not valid", fields=pydantic_details(e)) from None
 
     async def create(self, *, tenant_id: str, principal: str, body: CreateRequestBody) -> tuple[RequestView, bool]:
         """Store a new request; returns (request, created). An identical retry returns the existing one."""
@@ -93,12 +93,12 @@ class RequestService:
         if not 1 <= timeout <= limits.max_timeout_seconds:
             raise ValidationFailedError(
                 f"timeout_seconds must be between 1 and {limits.max_timeout_seconds}",
-                details=[{"field": "timeout_seconds", "message": f"must be between 1 and {limits.max_timeout_seconds}"}],
+                fields=[{"field": "timeout_seconds", "message": f"must be between 1 and {limits.max_timeout_seconds}"}],
             )
         if len(body.message_for_user) > limits.max_message_chars:
             raise ValidationFailedError(
                 f"message_for_user is longer than {limits.max_message_chars} characters",
-                details=[{"field": "message_for_user", "message": f"at most {limits.max_message_chars} characters"}],
+                fields=[{"field": "message_for_user", "message": f"at most {limits.max_message_chars} characters"}],
             )
         effective = check_schema(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
                                  max_bytes=limits.max_schema_bytes)
@@ -114,7 +114,7 @@ class RequestService:
         if unknown:
             raise ValidationFailedError(
                 f"channel(s) {', '.join(unknown)} do not serve this tenant; available: {', '.join(available)}",
-                details=[{"field": "channels", "message": f"channel {c!r} does not serve this tenant"}
+                fields=[{"field": "channels", "message": f"channel {c!r} does not serve this tenant"}
                          for c in unknown],
             )
         channels = list(dict.fromkeys(channels))
@@ -280,7 +280,7 @@ class RequestService:
                     data={"errors": [{"field": e.field, "message": e.message} for e in errors]},
                 )
             log.info("invalid answer", extra={"request_id": view.id, "via": via, "fields": [e.field for e in errors]})
-            raise InvalidAnswerError(_errors_message(errors), details=[e.to_json() for e in errors])
+            raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
         canonical = canonical_json(response)
         digest = answer_sha256(response)
         now = self.clock()

@@ -128,7 +128,7 @@ class WebFormsConnector(Connector):
         try:
             await self.service.submit_link(token=token, response=parsed.value)
         except InvalidAnswerError as e:
-            errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in (e.details or [])]
+            errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in (e.fields)]
             return await self._form_page(link, view, posted=parsed.posted, errors=errors, status=422)
         except HandraiseError as e:
             return self._outcome_for(e)

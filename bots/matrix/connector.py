@@ -592,7 +592,7 @@ class MatrixConnector(Connector):
             await self.service.journal(
                 tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
                 principal=self.principal(sender), channel=self.name, data={"errors": problems})
-            await notice(*_notice_lines(invalid_answer_text(InvalidAnswerError("", details=problems))))
+            await notice(*_notice_lines(invalid_answer_text(InvalidAnswerError("", fields=problems))))
             return
         # The shared path: the allowlist first, then core's validation and its one winner.
         outcome = await self.submit_answer(tenant_id=tenant_id, request_id=view.id, user_id=sender, response=value)

@@ -340,7 +340,7 @@ class SlackConnector(Connector):
             await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=answer,
                                       principal=principal, via=self.name)
         except InvalidAnswerError as e:
-            return {"response_action": "errors", "errors": block_errors(request, e.details or [])}
+            return {"response_action": "errors", "errors": block_errors(request, e.fields)}
         except (AlreadyAnsweredError, GoneError):
             current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             return _notice("Closed", gone_text(current.status))
@@ -451,7 +451,7 @@ def _principal(body: dict[str, Any]) -> str:
 
 def _not_accepted(error: InvalidAnswerError) -> str:
     # Core's messages never quote the value, so they are safe to show in the channel.
-    details = error.details or []
+    details = error.fields
     parts = [f"{d['field']}: {d['message']}" if d.get("field") else str(d.get("message")) for d in details]
     return "That answer was not accepted: " + ("; ".join(parts) or error.message) + "."
 

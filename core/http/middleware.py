@@ -1,4 +1,4 @@
-"""One error handler: HandraiseError and aiohttp's HTTP errors become ``{"error": {...}}`` JSON."""
+"""One error handler: HandraiseError and aiohttp's HTTP errors become OpenWOP's flat error envelope."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from handraise.core.appkeys import SETTINGS
-from handraise.core.errors import BadRequestError, HandraiseError, PayloadTooLargeError
+from handraise.core.errors import BadRequestError, HandraiseError, PayloadTooLargeError, error_body
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +36,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if e.status < 400 or e.content_type == "text/html":
             raise
         code = _HTTP_CODES.get(e.status, "http_error")
-        body = {"error": {"code": code, "message": e.reason}}
+        body = error_body(code, e.reason)
         return web.json_response(body, status=e.status, headers={k: v for k, v in e.headers.items()
                                                                   if k.lower() == "allow"})
     except (ConnectionResetError, web.HTTPClientError):
         raise
     except Exception:
         log.exception("unhandled error", extra={"path": request.path})
-        return web.json_response({"error": {"code": "internal", "message": "internal error"}}, status=500)
+        return web.json_response(error_body("internal", "internal error"), status=500)
 
 
 async def read_json(request: web.Request) -> Any:

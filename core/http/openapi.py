@@ -121,9 +121,17 @@ PATHS: dict[str, dict[str, Any]] = {
 COMPONENTS: dict[str, Any] = {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     "schemas": {
-        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-            "type": "object", "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "details": {}}}}},
+        "Error": {
+            "type": "object", "required": ["error", "message"],
+            "description": "OpenWOP's flat error envelope; per-field problems in details.fields",
+            "properties": {
+                "error": {"type": "string", "description": "a stable code, e.g. invalid_answer"},
+                "message": {"type": "string"},
+                "details": {"type": "object", "properties": {"fields": {"type": "array", "items": {
+                    "type": "object", "required": ["field", "message"],
+                    "properties": {"field": {"type": "string"}, "message": {"type": "string"}}}}}},
+            },
+        },
         "CreateRequest": {
             "type": "object", "required": ["unique_id", "message_for_user"], "additionalProperties": False,
             "properties": {

@@ -114,9 +114,9 @@ async def submit_answer(request: web.Request) -> web.StreamResponse:
     try:
         body = SubmitBody.model_validate(raw)
     except ValidationError as e:
-        raise ValidationFailedError("the submission is not valid", details=pydantic_details(e)) from None
+        raise ValidationFailedError("the submission is not valid", fields=pydantic_details(e)) from None
     if "response" not in raw:
-        raise ValidationFailedError("response is required", details=[{"field": "response", "message": "is required"}])
+        raise ValidationFailedError("response is required", fields=[{"field": "response", "message": "is required"}])
     view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
                                              response=body.response, principal=principal.name, via="api")
     return web.json_response({"accepted": True, "request": view.to_json(include_response=False)})
@@ -131,7 +131,7 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     try:
         body = LinkBody.model_validate(raw)
     except ValidationError as e:
-        raise ValidationFailedError("the link request is not valid", details=pydantic_details(e)) from None
+        raise ValidationFailedError("the link request is not valid", fields=pydantic_details(e)) from None
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient)
     return web.json_response(link.to_json(), status=201, headers={"Cache-Control": "no-store"})

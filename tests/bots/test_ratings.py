@@ -199,7 +199,7 @@ async def test_telegram_no_rating_buttons_when_feedback_is_disabled(db: str) -> 
         assert "Answered by Alice" in driver.message(posted).text
         assert labels(driver, posted) == []
         status, body = await api.call("GET", "/v1/runs/run-d1/annotations", key=READER_KEY)
-        assert (status, body["error"]["code"]) == (501, "capability_not_provided")
+        assert (status, body["error"]) == (501, "capability_not_provided")
 
 
 # -- Slack ---------------------------------------------------------------------------------

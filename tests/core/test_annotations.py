@@ -209,7 +209,7 @@ async def test_tenant_b_can_neither_read_nor_stream_nor_reference_tenant_a_annot
         # Superseding another tenant's annotation reads like superseding one that does not exist.
         status, err = await annotate(api, "run-shared", {"signal": {"kind": "rating", "rating": 5},
                                                          "supersedes": mine["annotationId"]}, key=OTHER_READER_KEY)
-        assert status == 422 and err["error"]["details"][0]["field"] == "supersedes"
+        assert status == 422 and err["details"]["fields"][0]["field"] == "supersedes"
         status, summary = await api.call("GET", "/v1/feedback/summary", params={"run_id": "run-shared"},
                                          key=OTHER_READER_KEY)
         assert status == 200 and summary["counts"] == {"rating": 0, "correction": 0, "label": 0, "flag": 1}
@@ -311,11 +311,11 @@ async def test_feedback_off_answers_501_and_advertises_unsupported(storage_url: 
         # Capability-gated before authentication: every caller hears 501, never 404 or 401.
         for key in (ANNOTATOR_KEY, AGENT_KEY, None):
             status, err = await api.call("POST", "/v1/runs/run-1/annotations", json=good, key=key)
-            assert status == 501 and err["error"]["code"] == "capability_not_provided"
+            assert status == 501 and err["error"] == "capability_not_provided"
             status, err = await api.call("GET", "/v1/runs/run-1/annotations", key=key)
-            assert status == 501 and err["error"]["code"] == "capability_not_provided"
+            assert status == 501 and err["error"] == "capability_not_provided"
         status, err = await api.call("GET", "/v1/feedback/summary", params={"run_id": "run-1"}, key=READER_KEY)
-        assert status == 501 and err["error"]["code"] == "capability_not_provided"
+        assert status == 501 and err["error"] == "capability_not_provided"
         # The service refuses too, so a connector's rating button cannot write past the switch.
         with pytest.raises(CapabilityNotProvidedError):
             await api.app[ANNOTATIONS].record(tenant_id="acme", run_id="run-1", principal="telegram:1", body=good)

@@ -44,8 +44,8 @@ async def test_a_change_is_a_new_annotation_naming_the_one_it_supersedes(sqlite_
     assert page["annotations"] == [first, second]
     # One successor per annotation: an edit of a stale version is refused, the newest can be superseded.
     status, err = await annotate(sqlite_api, "run-s", rating(5, supersedes=first["annotationId"]))
-    assert status == 409 and err["error"]["code"] == "conflict"
-    assert "superseded already" in err["error"]["message"]
+    assert status == 409 and err["error"] == "conflict"
+    assert "superseded already" in err["message"]
     status, third = await annotate(sqlite_api, "run-s", rating(5, supersedes=second["annotationId"]))
     assert status == 201
     _, page = await sqlite_api.call("GET", "/v1/runs/run-s/annotations", key=READER_KEY)
@@ -60,7 +60,7 @@ async def test_only_the_same_actor_on_the_same_run_may_supersede(sqlite_api: Api
         await service.record(tenant_id="acme", run_id="run-t", principal="telegram:99",
                              body=rating(5, supersedes=mine["annotationId"]))
     status, err = await annotate(sqlite_api, "run-other", rating(5, supersedes=mine["annotationId"]))
-    assert status == 422 and err["error"]["details"] == [{"field": "supersedes",
+    assert status == 422 and err["details"]["fields"] == [{"field": "supersedes",
                                                           "message": "no such annotation on this run"}]
     assert await sqlite_api.app[STORE].count("annotations", "acme") == 1
 
@@ -136,7 +136,7 @@ async def test_summary_over_a_time_window_rates_per_annotated_run(sqlite_api: Ap
                                     {"since": "2026-05-02T00:00:00Z", "until": "2026-05-01T00:00:00Z"}])
 async def test_summary_refuses_bad_windows(sqlite_api: Api, params: dict[str, str]) -> None:
     status, err = await sqlite_api.call("GET", "/v1/feedback/summary", key=READER_KEY, params=params)
-    assert status == 400 and err["error"]["code"] == "bad_request"
+    assert status == 400 and err["error"] == "bad_request"
 
 
 async def test_summary_and_bundle_scopes(sqlite_api: Api) -> None:

@@ -28,7 +28,7 @@ async def post(api: Api, body: Any, *, key: str | None = ANNOTATOR_KEY, path: st
 
 
 def fields(err: Any) -> set[str]:
-    return {d["field"] for d in err["error"].get("details") or []}
+    return {d["field"] for d in err.get("details", {}).get("fields") or []}
 
 
 # Each case: a body, and the field the 422 must name (None: the body as a whole).
@@ -90,7 +90,7 @@ async def test_bodies_the_schema_forbids_are_422_naming_the_field(sqlite_api: Ap
     else:
         status, err = await post(sqlite_api, body)
     assert status == 422, (case, err)
-    assert err["error"]["code"] == "validation_error" and err["error"]["message"]
+    assert err["error"] == "validation_error" and err["message"]
     if field is not None:
         assert field in fields(err), (case, err)
     status, page = await sqlite_api.call("GET", PATH, key=READER_KEY)
@@ -137,7 +137,7 @@ async def test_a_run_id_longer_than_the_store_holds_is_422(sqlite_api: Api) -> N
 async def test_malformed_json_is_400(sqlite_api: Api, raw: bytes) -> None:
     status, err = await sqlite_api.call("POST", PATH, data=raw, key=ANNOTATOR_KEY,
                                         headers={"Content-Type": "application/json"})
-    assert status == 400 and err["error"]["code"] == "bad_request"
+    assert status == 400 and err["error"] == "bad_request"
 
 
 @pytest.mark.parametrize(("field", "limit"), [("note", 10_000), ("signal.correction", 10_000), ("signal.label", 500)])
@@ -155,13 +155,13 @@ async def test_text_over_its_cap_is_413_naming_the_field(sqlite_api: Api, field:
     status, ann = await post(sqlite_api, body(limit))
     assert status == 201, ann  # exactly at the cap is fine
     status, err = await post(sqlite_api, body(limit + 1))
-    assert status == 413 and err["error"]["code"] == "payload_too_large"
-    assert err["error"]["details"] == [{"field": field, "message": f"at most {limit} characters"}]
+    assert status == 413 and err["error"] == "payload_too_large"
+    assert err["details"]["fields"] == [{"field": field, "message": f"at most {limit} characters"}]
 
 
 async def test_a_body_over_the_server_limit_is_413(sqlite_api: Api) -> None:
     status, err = await post(sqlite_api, {"signal": {"kind": "flag"}, "note": "y" * 70_000})
-    assert status == 413 and err["error"]["code"] == "payload_too_large"
+    assert status == 413 and err["error"] == "payload_too_large"
     status, page = await sqlite_api.call("GET", PATH, key=READER_KEY)
     assert page["annotations"] == []
 
@@ -173,7 +173,7 @@ async def test_recording_needs_the_annotate_scope_and_reading_read_or_annotate(s
     good = {"signal": {"kind": "flag"}}
     for key in (AGENT_KEY, READER_KEY, OPERATOR_KEY):
         status, err = await post(sqlite_api, good, key=key)
-        assert status == 403 and err["error"]["code"] == "forbidden"
+        assert status == 403 and err["error"] == "forbidden"
     status, err = await post(sqlite_api, good, key=None)
     assert status == 401
     status, err = await post(sqlite_api, good, key="no-such-key-0123456789")
@@ -225,7 +225,7 @@ async def test_pages_follow_the_cursor_to_the_end(sqlite_api: Api) -> None:
                                     {"cursor": "bm90LWEtY3Vyc29y"}, {"cursor": encode_cursor(3)[:-1] + "!"}])
 async def test_bad_limits_and_cursors_are_400(sqlite_api: Api, params: dict[str, str]) -> None:
     status, err = await sqlite_api.call("GET", PATH, key=READER_KEY, params=params)
-    assert status == 400 and err["error"]["code"] == "bad_request"
+    assert status == 400 and err["error"] == "bad_request"
 
 
 def test_cursors_round_trip_and_are_opaque() -> None:

@@ -73,10 +73,10 @@ async def test_same_unique_id_same_body_returns_the_existing_request(api: Api) -
 async def test_same_unique_id_other_body_conflicts_while_pending_then_reuse_refused(api: Api) -> None:
     await api.create(body("dup"))
     status, data = await api.call("POST", "/v1/requests", json=body("dup", message_for_user="other"))
-    assert status == 409 and data["error"]["code"] == "conflict"
+    assert status == 409 and data["error"] == "conflict"
     await api.submit("dup", "x")
     status, data = await api.call("POST", "/v1/requests", json=body("dup", message_for_user="other"))
-    assert status == 409 and data["error"]["code"] == "unique_id_reused"
+    assert status == 409 and data["error"] == "unique_id_reused"
 
 
 async def test_unique_ids_are_per_tenant(api: Api) -> None:
@@ -102,39 +102,39 @@ async def test_unique_ids_are_per_tenant(api: Api) -> None:
 async def test_invalid_create_bodies_are_422_naming_the_field(sqlite_api: Api, payload: dict, field: str) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", json=payload)
     assert status == 422, data
-    assert data["error"]["code"] == "validation_error"
-    assert any(field in d["field"] for d in data["error"]["details"]), data
+    assert data["error"] == "validation_error"
+    assert any(field in d["field"] for d in data["details"]["fields"]), data
 
 
 async def test_unsupported_schema_is_422_invalid_schema(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", json=body("s", schema={"type": "string", "oneOf": [{"type": "string"}]}))
-    assert status == 422 and data["error"]["code"] == "invalid_schema"
-    assert "oneOf" in data["error"]["message"]
+    assert status == 422 and data["error"] == "invalid_schema"
+    assert "oneOf" in data["message"]
 
 
 async def test_malformed_json_is_400(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", data=b'{"unique_id": ',
                                          headers={"Content-Type": "application/json"})
-    assert status == 400 and data["error"]["code"] == "bad_request"
+    assert status == 400 and data["error"] == "bad_request"
     status, data = await sqlite_api.call("POST", "/v1/requests", json=["not", "an", "object"])
     assert status == 422
 
 
 async def test_body_over_the_limit_is_413(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", json=body("big", message_for_user="x" * 70000))
-    assert status == 413 and data["error"]["code"] == "payload_too_large"
+    assert status == 413 and data["error"] == "payload_too_large"
 
 
 async def test_keys_and_scopes(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", json=body("k"), key=None)
-    assert status == 401 and data["error"]["code"] == "unauthorized"
+    assert status == 401 and data["error"] == "unauthorized"
     status, _ = await sqlite_api.call("POST", "/v1/requests", json=body("k"), key="not-a-key-at-all-000000")
     assert status == 401
     status, _ = await sqlite_api.call("POST", "/v1/requests", json=body("k"), headers={"Authorization": "Basic eHg6eXk="}, key=None)
     assert status == 401
     for key in (READER_KEY, OPERATOR_KEY, ANNOTATOR_KEY):
         status, data = await sqlite_api.call("POST", "/v1/requests", json=body("k"), key=key)
-        assert status == 403 and data["error"]["code"] == "forbidden"
+        assert status == 403 and data["error"] == "forbidden"
 
 
 async def test_an_ask_key_can_never_answer(api: Api) -> None:
@@ -154,11 +154,11 @@ async def test_another_tenants_request_is_404_everywhere(api: Api) -> None:
     for method, path in (("GET", f"/v1/requests/{rid}"), ("GET", f"/v1/requests/{rid}/wait?timeout=0"),
                          ("POST", f"/v1/requests/{rid}/cancel")):
         status, data = await api.call(method, path, key=OTHER_AGENT_KEY)
-        assert status == 404 and data["error"]["code"] == "not_found", (method, path)
+        assert status == 404 and data["error"] == "not_found", (method, path)
     status, _ = await api.call("POST", f"/v1/requests/{rid}/links", key=OTHER_OPERATOR_KEY, json={})
     assert status == 404
     status, data = await api.submit("mine", "x", key=OTHER_OPERATOR_KEY)
-    assert status == 404 and data["error"]["code"] == "not_found"
+    assert status == 404 and data["error"] == "not_found"
     status, data = await api.call("GET", f"/v1/requests/{rid}")
     assert status == 200 and data["status"] == "pending"
 
@@ -184,8 +184,8 @@ async def test_submit_validates_against_the_schema_and_keeps_the_request_pending
         "required": ["channel", "version"]}
     req = await api.create(body("form", schema=schema))
     status, data = await api.submit("form", {"channel": "beta", "version": "1", "replicas": 50})
-    assert status == 422 and data["error"]["code"] == "invalid_answer"
-    fields = {d["field"] for d in data["error"]["details"]}
+    assert status == 422 and data["error"] == "invalid_answer"
+    fields = {d["field"] for d in data["details"]["fields"]}
     assert fields == {"channel", "version", "replicas"}
     status, current = await api.call("GET", f"/v1/requests/{req['id']}")
     assert current["status"] == "pending"
@@ -212,7 +212,7 @@ async def test_second_answer_is_409_already_answered(api: Api) -> None:
     await api.create(body("twice"))
     assert (await api.submit("twice", "first"))[0] == 200
     status, data = await api.submit("twice", "second")
-    assert status == 409 and data["error"]["code"] == "already_answered"
+    assert status == 409 and data["error"] == "already_answered"
     current = await api.call("GET", "/v1/requests?status=answered", key=READER_KEY)
     assert current[1]["requests"][0]["response"] == "first"
 
@@ -279,7 +279,7 @@ async def test_expiry_is_explicit_and_prompt(api: Api) -> None:
     expires_at = datetime.fromisoformat(data["expires_at"])
     assert 0 <= (expired_at - expires_at).total_seconds() < 0.25
     status, err = await api.submit("exp", {"decision": "approve"})
-    assert status == 410 and err["error"]["code"] == "expired"
+    assert status == 410 and err["error"] == "expired"
 
 
 async def test_sweeper_expires_requests_nobody_waits_for(api: Api) -> None:
@@ -298,7 +298,7 @@ async def test_cancel(api: Api) -> None:
     status, data = await api.call("POST", f"/v1/requests/{req['id']}/cancel")
     assert status == 409
     status, data = await api.submit("cancel-me", "late")
-    assert status == 410 and data["error"]["code"] == "cancelled"
+    assert status == 410 and data["error"] == "cancelled"
 
 
 async def test_blocking_human_feedback_returns_the_answer(api: Api) -> None:
@@ -349,6 +349,6 @@ async def test_restart_loses_nothing(tmp_path: Any) -> None:
 
 async def test_unknown_routes_and_methods_answer_json(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("GET", "/v1/nothing-here")
-    assert status == 404 and data["error"]["code"] == "not_found"
+    assert status == 404 and data["error"] == "not_found"
     status, data = await sqlite_api.call("DELETE", "/v1/requests")
-    assert status == 405 and data["error"]["code"] == "method_not_allowed"
+    assert status == 405 and data["error"] == "method_not_allowed"
