@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from handraise.core.config import ALL_SCOPES, Settings, hash_key, load_settings
+from handraise.core.config import ALL_SCOPES, Settings, hash_key, load_settings, scopes_problem
 from handraise.core.errors import ConfigError, HandraiseError
 
 EXIT_ANSWERED, EXIT_ERROR, EXIT_EXPIRED, EXIT_CANCELLED, EXIT_USAGE = 0, 1, 2, 3, 64
@@ -108,8 +108,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     bad = [s for s in scopes if s not in ALL_SCOPES]
     if bad or not scopes:
         raise ConfigError(f"--scopes must be among {', '.join(ALL_SCOPES)} (got {args.scopes!r})")
-    if "ask" in scopes and "answer" in scopes:
-        raise ConfigError("--scopes: an ask key can never answer; make two keys")
+    problem = scopes_problem(scopes)
+    if problem:
+        raise ConfigError(f"--scopes: {problem}")
     key_id = args.id or f"key-{secrets.token_hex(4)}"
     key = f"hr_{secrets.token_urlsafe(32)}"
 
@@ -260,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys.add_parser("create", help="create a key; prints it once, stores only its hash")
     create.add_argument("--config", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     create.add_argument("--tenant", required=True)
-    create.add_argument("--scopes", required=True, help="comma-separated: ask, answer, read, annotate")
+    create.add_argument("--scopes", required=True, help="comma-separated: ask, answer, read, annotate, forward")
     create.add_argument("--id", help="key id (default: generated)")
     create.set_defaults(fn=cmd_keys_create)
     listing = keys.add_parser("list", help="list key ids and scopes")

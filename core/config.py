@@ -26,8 +26,8 @@ from pydantic import (
 
 from handraise.core.errors import ConfigError
 
-Scope = Literal["ask", "answer", "read", "annotate"]
-ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate")
+Scope = Literal["ask", "answer", "read", "annotate", "forward"]
+ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward")
 ENV_PREFIX = "HANDRAISE_"
 # HANDRAISE_ variables that are not settings: the config path, and the CLI client's key and URL.
 _NOT_SETTINGS = frozenset({"HANDRAISE_CONFIG", "HANDRAISE_KEY", "HANDRAISE_URL"})
@@ -103,8 +103,9 @@ class KeySettings(_Section):
     def _exactly_one_secret(self) -> KeySettings:
         if (self.key is None) == (self.key_sha256 is None):
             raise ValueError("give exactly one of key or key_sha256")
-        if "ask" in self.scopes and "answer" in self.scopes:
-            raise ValueError("an ask key can never answer: give ask and answer to different keys")
+        problem = scopes_problem(self.scopes)
+        if problem:
+            raise ValueError(problem)
         if self.key is not None and len(self.key.get_secret_value()) < 16:
             raise ValueError("key must be at least 16 characters")
         return self
@@ -160,6 +161,16 @@ class Settings(_Section):
     def connector_section(self, name: str) -> Any:
         """The raw table of a connector, or None when it is not configured."""
         return getattr(self, name, None) if name in type(self).model_fields else None
+
+
+def scopes_problem(scopes: list[str] | frozenset[str]) -> str | None:
+    """Why a set of scopes cannot go on one key, or None: the rules the config and the CLI share."""
+    if "ask" in scopes and "answer" in scopes:
+        return "an ask key can never answer: give ask and answer to different keys"
+    if "forward" in scopes and "ask" not in scopes:
+        # forward mints links only for requests the key created itself, so it needs ask to mean anything.
+        return "forward mints links only for the key's own requests: give it together with ask"
+    return None
 
 
 def hash_key(key: str) -> str:

@@ -27,6 +27,7 @@ from handraise.core.errors import (
     AlreadyAnsweredError,
     ConflictError,
     ExpiredError,
+    ForbiddenError,
     GoneError,
     InvalidAnswerError,
     LinkUsedError,
@@ -419,8 +420,12 @@ class RequestService:
     # -- links -----------------------------------------------------------------
 
     async def mint_link(self, *, tenant_id: str, request_id: str, principal: str,
-                        recipient: str | None = None) -> MintedLink:
+                        recipient: str | None = None, forward: bool = False) -> MintedLink:
+        """A one-time form link. ``forward``: an agent's key minting for the human it serves,
+        allowed only on a request that same key created (``created_by == principal``)."""
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if forward and view.created_by != principal:
+            raise ForbiddenError("a forward key mints links only for requests it created itself")
         _raise_if_terminal(view)
         token = secrets.token_urlsafe(32)
         link_id = new_id("lnk")
@@ -433,7 +438,8 @@ class RequestService:
             })
             await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
                                             run_id=view.run_id, principal=principal,
-                                            data={"link_id": link_id, "recipient": recipient}, at=now)
+                                            data={"link_id": link_id, "recipient": recipient,
+                                                  **({"scope": "forward"} if forward else {})}, at=now)
         url = f"{self.settings.server.public_url}/f/{token}"
         return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
 

@@ -63,7 +63,8 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/requests/{id}/cancel": {"post": _op("Cancel a pending request", scopes=["ask"], params=[_ID],
                                              ok={"200": _json(_REQUEST, "Cancelled")}, errors=(401, 403, 404, 409))},
     "/v1/requests/{id}/links": {"post": _op(
-        "Mint a one-time form link", scopes=["answer"], params=[_ID],
+        "Mint a one-time form link (forward: only for a request the key created itself)",
+        scopes=["answer", "forward"], params=[_ID],
         body={"type": "object", "properties": {"recipient": {"type": "string"}}, "additionalProperties": False},
         ok={"201": _json({"type": "object", "properties": {"url": {"type": "string"},
                                                             "expires_at": {"type": "string"}}}, "Link")},

@@ -124,7 +124,8 @@ async def submit_answer(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/v1/requests/{id}/links")
 async def mint_link(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "answer")
+    # answer: any request of the tenant. forward (never implied by ask): only the key's own requests.
+    principal = await _principal(request, "answer", "forward")
     raw = await read_json(request) if request.can_read_body else {}
     if not isinstance(raw, dict):
         raise ValidationFailedError("the body must be a JSON object")
@@ -133,7 +134,8 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     except ValidationError as e:
         raise ValidationFailedError("the link request is not valid", fields=pydantic_details(e)) from None
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
-                                                principal=principal.name, recipient=body.recipient)
+                                                principal=principal.name, recipient=body.recipient,
+                                                forward="answer" not in principal.scopes)
     return web.json_response(link.to_json(), status=201, headers={"Cache-Control": "no-store"})
 
 
