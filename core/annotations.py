@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy.exc import IntegrityError
 
 from handraise.core.api import RequestView, iso
 from handraise.core.config import Settings
@@ -285,7 +284,7 @@ class AnnotationService:
                 await self.store.notify(conn, {"type": RUN_ANNOTATED, "tenant_id": tenant_id,
                                                "id": row["annotation_id"], "run_id": run_id,
                                                "origin": self.bus.instance_id})
-        except IntegrityError:
+        except ConflictError:
             if parsed.supersedes is None:
                 raise
             # Annotation ids are random, so this is the one-successor rule on ``supersedes`` (migration 0002).

@@ -17,7 +17,7 @@ async def test_migrations_match_the_models(storage_url: str) -> None:
         def diff(sync_conn: object) -> list[object]:
             return compare_metadata(MigrationContext.configure(sync_conn), SQLModel.metadata)
 
-        async with store.engine.connect() as conn:
-            assert await conn.run_sync(diff) == []
+        async with store.reader() as conn:
+            assert await conn.run(diff) == []
     finally:
         await store.close()

@@ -83,3 +83,37 @@ async def test_ping_and_closed_store(storage_url: str) -> None:
     assert await s.ping() is True
     await s.close()
     assert await s.ping() is False
+
+
+async def test_storage_errors_reach_callers_as_core_errors(store: Store) -> None:
+    from handraise.core.errors import ConflictError
+
+    row = {"annotation_id": "ann_1", "tenant_id": "t", "run_id": "r", "kind": "flag", "principal": "p",
+           "supersedes": None, "created_at": 1.0}
+    async with store.transaction() as conn:
+        await store.insert_annotation(conn, row)
+    # A broken uniqueness rule is the core's ConflictError, on both stores, and the transaction rolls back.
+    with pytest.raises(ConflictError):
+        async with store.transaction() as conn:
+            await store.append_journal(conn, tenant_id="t", event="annotation_recorded")
+            await store.insert_annotation(conn, row)
+    assert await store.journal_entries(tenant_id="t") == []
+
+
+def test_only_the_store_imports_sqlalchemy() -> None:
+    """Storage exceptions and statements stay behind the store: no other core module names SQLAlchemy."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for folder in ("core", "bots", "webforms"):
+        for path in (root / folder).rglob("*.py"):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(("core/store/", "core/migrations/")) or rel == "core/models.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{rel}: {n}" for n in names if n.split(".")[0] in ("sqlalchemy", "sqlmodel")]
+    assert offenders == []

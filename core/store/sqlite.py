@@ -1,0 +1,333 @@
+"""SQLite driven from one dedicated thread: every statement of every connection runs there.
+
+One thread switch per unit of work, write transactions ordered on the thread rather than on an
+asyncio lock, results handed to the event loop in batches (the measured design of the bench's
+SQLite figures: keep it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from handraise.core.errors import UnavailableError
+from handraise.core.store.units import StoreConnection, raise_translated
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class WriteQueue:
+    """The statements of one write transaction, in order, waiting for the database thread."""
+
+    __slots__ = ("jobs", "queued")
+
+    def __init__(self) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.queued = False
+
+
+_Job = tuple["asyncio.Future[Any]", asyncio.AbstractEventLoop, Callable[..., Any], tuple[Any, ...], bool, bool]
+
+
+class _DbThread:
+    """The one thread every SQLite connection is used on.
+
+    Write transactions are ordered here rather than on an asyncio lock: the next transaction's
+    first statement runs right after the previous one's COMMIT without a trip through the event
+    loop, and the open transaction's next statement runs before queued reads. Reads run while the
+    open transaction waits for its caller (WAL: they need no lock). Results reach the event loop
+    in batches: one wake-up for every job that finished while the loop was busy.
+    """
+
+    def __init__(self, *, name: str) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._reads: deque[_Job] = deque()
+        self._writes: deque[WriteQueue] = deque()
+        self._active: WriteQueue | None = None
+        self._stopping = False
+        self._done_lock = threading.Lock()
+        self._done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], args: tuple[Any, ...], *, tx: WriteQueue | None = None,
+               last: bool = False, must_run: bool = False) -> asyncio.Future[T]:
+        """Queue ``fn(*args)``; with ``tx``, after that transaction's earlier statements (``last`` ends it).
+
+        A job whose future is cancelled before it starts is skipped, unless ``must_run`` (a COMMIT/ROLLBACK).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = (future, loop, fn, args, last, must_run)
+        with self._cv:
+            if self._stopping:
+                raise UnavailableError("store is not open")
+            if tx is None:
+                self._reads.append(job)
+            else:
+                tx.jobs.append(job)
+                if not tx.queued and tx is not self._active:
+                    tx.queued = True
+                    self._writes.append(tx)
+            self._cv.notify()
+        return future
+
+    def stop(self) -> None:
+        """The thread ends once nothing it can run is left."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+
+    def _next(self) -> _Job | None:
+        with self._cv:
+            while True:
+                if self._active is None and self._writes:
+                    self._active = self._writes.popleft()
+                active = self._active
+                if active is not None and active.jobs:
+                    job = active.jobs.popleft()
+                    if job[4]:
+                        self._active = None
+                    return job
+                if self._reads:
+                    return self._reads.popleft()
+                if self._stopping:
+                    return None
+                self._cv.wait()
+
+    def _main(self) -> None:
+        while (job := self._next()) is not None:
+            future, loop, fn, args, _last, must_run = job
+            if future.cancelled() and not must_run:
+                continue  # its caller was cancelled before it started
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the caller, whatever it is
+                error = e
+            with self._done_lock:
+                batch = self._done.get(loop)
+                if batch is None:
+                    self._done[loop] = [(future, result, error)]
+                else:
+                    batch.append((future, result, error))
+            if batch is None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(self._deliver, loop)
+            del job, future, fn, args, result, error
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        # On the event loop.
+        with self._done_lock:
+            batch = self._done.pop(loop, [])
+        for future, result, error in batch:
+            if future.cancelled():
+                continue
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+
+async def result(future: asyncio.Future[T]) -> T:
+    return await future
+
+
+async def result_to_the_end(future: asyncio.Future[T]) -> T:
+    # A cancelled caller must not cancel a COMMIT that is queued: the transaction's body completed.
+    return await asyncio.shield(future)
+
+
+class SqliteRunner:
+    """Owns the SQLite engine, its database thread and the connections used on that thread."""
+
+    def __init__(self, *, url: str) -> None:
+        # hide_parameters: a statement's values (answers) never appear in an exception's text.
+        # max_overflow=-1: a checkout never waits, which on the one thread would wait forever.
+        self.engine: Engine = create_engine(url, pool_size=2, max_overflow=-1, hide_parameters=True)
+        configure_sqlite(self.engine)
+        self.thread = _DbThread(name="handraise-sqlite")
+        self._writing: set[asyncio.Task[Any] | None] = set()
+        # Used only on the database thread:
+        self._reader: Connection | None = None  # autocommit: a lone SELECT needs no BEGIN/ROLLBACK
+        self._writer: Connection | None = None
+
+    def enter_write(self) -> asyncio.Task[Any] | None:
+        task = asyncio.current_task()
+        if task in self._writing:
+            # Would wait for itself forever: a store write inside an open transaction() needs conn=.
+            raise RuntimeError("a second write transaction inside an open one on the same task")
+        self._writing.add(task)
+        return task
+
+    def leave_write(self, task: asyncio.Task[Any] | None) -> None:
+        self._writing.discard(task)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await result(self.thread.submit(self._read_job, (fn, args)))
+        except DBAPIError as e:
+            raise_translated(e)
+            raise
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT): one submit."""
+        if asyncio.current_task() in self._writing:
+            raise RuntimeError("a second write transaction inside an open one on the same task")
+        try:
+            return await result(self.thread.submit(self._write_job, (fn, args), tx=WriteQueue(), last=True))
+        except DBAPIError as e:
+            raise_translated(e)
+            raise
+
+    # The jobs below run on the database thread.
+
+    def _read_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._reader
+        if c is None:
+            c = self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            return fn(c, *args)
+        finally:
+            c.rollback()  # ends SQLAlchemy's bookkeeping only; no transaction is open in autocommit
+
+    def begin_writer(self) -> Connection:
+        c = self._writer
+        if c is None:
+            c = self._writer = self.engine.connect()
+        if c.in_transaction():  # left open by a transaction whose end never came: never carry it over
+            c.rollback()
+        c.begin()
+        return c
+
+    def _write_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self.begin_writer()
+        try:
+            out = fn(c, *args)
+            c.commit()
+            return out
+        except BaseException:
+            c.rollback()
+            raise
+
+    def checkpoint_job(self) -> None:
+        # Runs as a write transaction's only statement: no writer of ours is mid-transaction, which
+        # TRUNCATE would wait for. Read to the end: an unfinished statement keeps a read transaction open.
+        self._read_job(lambda c: c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all(), ())
+
+    def migrate_job(self, upgrade: Callable[[Connection], None]) -> None:
+        with self.engine.begin() as c:
+            upgrade(c)
+
+    def close_job(self) -> None:
+        for c in (self._reader, self._writer):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        self._reader = self._writer = None
+        self.engine.dispose()
+
+    async def close(self) -> None:
+        try:
+            await result_to_the_end(self.thread.submit(self.close_job, (), must_run=True))
+        finally:
+            self.thread.stop()
+
+
+class SqliteConnection(StoreConnection):
+    """A write transaction (or a read snapshot) on the database thread; each ``run`` is one submit."""
+
+    def __init__(self, runner: SqliteRunner, *, write: bool) -> None:
+        self._runner = runner
+        self._tx: WriteQueue | None = None  # a writer's place in the thread's order, from its first statement
+        self._write = write
+        self._used = False
+        self._conn: Connection | None = None  # set and used on the database thread only
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        self._used = True
+        if self._write and self._tx is None:
+            self._tx = WriteQueue()
+        try:
+            return await result(self._runner.thread.submit(self._job, (fn, args), tx=self._tx))
+        except DBAPIError as e:
+            raise_translated(e)
+            raise
+
+    def _job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._conn
+        if c is None:
+            if self._write:
+                c = self._runner.begin_writer()
+            else:
+                # A deferred BEGIN: the statements of this reader see one snapshot.
+                c = self._runner.engine.connect().execution_options(handraise_read=True)
+                c.begin()
+            self._conn = c
+        return fn(c, *args)
+
+    def end(self, *, commit: bool) -> asyncio.Future[None] | None:
+        """Queue the COMMIT (or ROLLBACK); None when no statement ran."""
+        if not self._used:
+            return None
+        return self._runner.thread.submit(self._end_job, (commit,), tx=self._tx, last=True, must_run=True)
+
+    def _end_job(self, commit: bool) -> None:
+        c = self._conn
+        if c is None:
+            return
+        self._conn = None
+        try:
+            if commit and c.in_transaction():
+                c.commit()
+        except BaseException:
+            c.rollback()
+            raise
+        finally:
+            try:
+                if c.in_transaction():
+                    c.rollback()
+            except Exception:
+                # Nobody awaits a rollback; the next transaction's begin rolls back whatever is left.
+                log.exception("store: rollback failed")
+            if not self._write:
+                c.close()  # back to the pool; the writer connection stays with the runner
+
+
+
+def configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions begin (BEGIN IMMEDIATE below).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # Deleted sensitive values are overwritten with zeros, not left in free pages.
+        cursor.execute("PRAGMA secure_delete=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        options = conn.get_execution_options()
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        if options.get("handraise_read"):
+            conn.exec_driver_sql("BEGIN")
+            return
+        # Writers take the lock up front: a compare-and-set never fails half-way on a lock upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,531 @@
+"""The store: SQLAlchemy on SQLite (WAL, driven from one database thread) or PostgreSQL (asyncpg),
+migrated at open, and the queries the lifecycle needs.
+
+Every statement here filters by tenant where a tenant is involved. State changes are
+compare-and-set updates (``WHERE status = 'pending'``) so that exactly one writer wins, and each
+change appends its journal entry in the same transaction. Storage exceptions end here: callers see
+the core error tree (``units.raise_translated``). Hot statements are built once, with bind parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import and_, bindparam, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from handraise.core.errors import UnavailableError
+from handraise.core.models import (
+    AnnotationRow,
+    ApiKeyRow,
+    ChatActionRow,
+    DeliveryRow,
+    JournalRow,
+    LinkRow,
+    MessageRefRow,
+    RequestRow,
+    StateRow,
+)
+from handraise.core.store.journal import Journal, JournalEntry
+from handraise.core.store.leadership import Leadership, lock_key
+from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
+from handraise.core.store.state import GET_STATE, put_state, set_state_if_absent
+from handraise.core.store.units import (
+    PgConnection,
+    StoreConnection,
+    all_rows,
+    first,
+    inserted_pk,
+    raise_translated,
+    rowcount,
+    scalar,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+requests_t = RequestRow.__table__
+journal_t = JournalRow.__table__
+deliveries_t = DeliveryRow.__table__
+links_t = LinkRow.__table__
+api_keys_t = ApiKeyRow.__table__
+annotations_t = AnnotationRow.__table__
+chat_actions_t = ChatActionRow.__table__
+state_t = StateRow.__table__
+message_refs_t = MessageRefRow.__table__
+
+NOTIFY_CHANNEL = "handraise_events"
+
+# -- prebuilt statements -------------------------------------------------------
+# Built once so that a call neither constructs a statement nor recomputes its cache key.
+# Bind names of UPDATE conditions start with ``w_``: a bind named like a column would
+# collide with that column's SET parameter.
+
+_b = bindparam
+_GET_REQUEST = select(requests_t).where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id"))
+_GET_REQUEST_BY_UNIQUE_ID = select(requests_t).where(requests_t.c.tenant_id == _b("tenant_id"),
+                                                     requests_t.c.unique_id == _b("unique_id"))
+_RESOLVE_UNEXPIRED = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+    requests_t.c.expires_at > _b("w_now"))
+_RESOLVE_EXPIRED = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+    requests_t.c.expires_at <= _b("w_now"))
+_CANCEL_REQUEST = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
+).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
+_PURGE_RESPONSE = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
+    requests_t.c.response_json.is_not(None),
+).values(response_json=None, response_purged=True)
+
+_INSERT_LINK = insert(links_t)
+_GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
+_USE_LINK = update(links_t).where(links_t.c.id == _b("w_id"), links_t.c.used_at.is_(None)).values(used_at=_b("w_now"))
+
+_FIND_DELIVERY = select(deliveries_t.c.id).where(
+    deliveries_t.c.request_id == _b("request_id"), deliveries_t.c.channel == _b("channel"),
+    deliveries_t.c.target == _b("target"))
+_INSERT_DELIVERY = insert(deliveries_t)
+_UPDATE_DELIVERY = update(deliveries_t).where(deliveries_t.c.id == _b("w_id"))
+_DELIVERIES_FOR = (select(deliveries_t)
+                   .where(deliveries_t.c.tenant_id == _b("tenant_id"), deliveries_t.c.request_id == _b("request_id"))
+                   .order_by(deliveries_t.c.id))
+
+_INSERT_CHAT_ACTION = insert(chat_actions_t)
+_GET_CHAT_ACTION = select(chat_actions_t).where(chat_actions_t.c.token == _b("token"),
+                                                chat_actions_t.c.channel == _b("channel"))
+_GET_MESSAGE_REF = select(message_refs_t).where(message_refs_t.c.channel == _b("channel"),
+                                                message_refs_t.c.message_key == _b("message_key"))
+
+_INSERT_API_KEY = insert(api_keys_t)
+_FIND_API_KEY = select(api_keys_t).where(api_keys_t.c.key_sha256 == _b("key_sha256"), api_keys_t.c.revoked_at.is_(None))
+_REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
+                   .values(revoked_at=_b("w_now")))
+
+_INSERT_ANNOTATION = insert(annotations_t)
+_GET_ANNOTATION = select(annotations_t).where(annotations_t.c.tenant_id == _b("tenant_id"),
+                                              annotations_t.c.annotation_id == _b("annotation_id"))
+
+_NOTIFY = text("SELECT pg_notify(:ch, :p)")
+_SELECT_1 = text("SELECT 1")
+
+
+class _Inserts:
+    """``INSERT … ON CONFLICT DO NOTHING`` per dialect: a duplicate is a rowcount of 0, no savepoint needed."""
+
+    def __init__(self, dialect: str) -> None:
+        make = pg_insert if dialect == "postgresql" else sqlite_insert
+        self.request = make(requests_t).on_conflict_do_nothing()
+        self.message_ref = make(message_refs_t).on_conflict_do_nothing()
+        self.state = make(state_t).on_conflict_do_nothing()
+
+
+_INSERTS = {"sqlite": _Inserts("sqlite"), "postgresql": _Inserts("postgresql")}
+
+
+def to_async_url(url: str) -> str:
+    """``sqlite:///x.db`` → aiosqlite, ``postgresql://`` → asyncpg."""
+    if url.startswith("sqlite:///"):
+        return "sqlite+aiosqlite:///" + url[len("sqlite:///"):]
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        return "postgresql+asyncpg://" + url[len("postgresql://"):]
+    return url
+
+
+def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
+    existing = c.execute(_FIND_DELIVERY, {k: row[k] for k in ("request_id", "channel", "target")}).first()
+    if existing is not None:
+        return existing.id
+    return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
+
+
+def _upgrade(sync_conn: Connection) -> None:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", "handraise.core:migrations")
+    cfg.attributes["connection"] = sync_conn
+    command.upgrade(cfg, "head")
+
+
+class Store:
+    def __init__(self, *, url: str) -> None:
+        self.url = url
+        self.async_url = to_async_url(url)
+        self.dialect = "postgresql" if self.async_url.startswith("postgresql") else "sqlite"
+        self._engine: AsyncEngine | None = None
+        self._read_engine: AsyncEngine | None = None
+        self._runner: SqliteRunner | None = None
+        self._inserts = _INSERTS[self.dialect]
+        self.journal = Journal(read=self._read, is_postgres=self.is_postgres)
+        self.leadership = Leadership(dsn=self.asyncpg_dsn() if self.is_postgres else None)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        if self.dialect != "sqlite":
+            return None
+        database = make_url(self.async_url).database
+        return Path(database) if database and database != ":memory:" else None
+
+    async def open(self) -> None:
+        # Statements and their parameters (answers) must never reach a log.
+        logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
+        if self.dialect == "sqlite":
+            path = self.sqlite_path
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            runner = SqliteRunner(url=make_url(self.async_url).set(drivername="sqlite").render_as_string(False))
+            try:
+                await result(runner.thread.submit(runner.migrate_job, (_upgrade,), tx=WriteQueue(), last=True))
+            except BaseException:
+                await runner.close()
+                raise
+            self._runner = runner
+        else:
+            # No pool_pre_ping (a round trip per checkout): a dead pooled connection fails its statement,
+            # SQLAlchemy invalidates the pool, and reads are retried once on a fresh connection.
+            engine = create_async_engine(self.async_url, pool_size=10, max_overflow=20, hide_parameters=True)
+            # Readers run without BEGIN/ROLLBACK: each statement is its own snapshot, as under READ COMMITTED.
+            self._read_engine = create_async_engine(self.async_url, pool_size=5, max_overflow=15,
+                                                    isolation_level="AUTOCOMMIT", hide_parameters=True)
+            self._engine = engine
+            async with engine.begin() as conn:
+                # Two instances starting at once must not both run the migrations.
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("migrations")})
+                await conn.run_sync(_upgrade)
+        log.info("store open", extra={"dialect": self.dialect})
+
+    async def close(self) -> None:
+        await self.leadership.release_all()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.close()
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                await engine.dispose()
+        self._engine = self._read_engine = None
+
+    async def ping(self) -> bool:
+        try:
+            await self._read(scalar, _SELECT_1)
+            return True
+        except (UnavailableError, OSError):
+            return False
+        except Exception:  # a driver error of any kind means "not serving"
+            log.exception("store ping failed")
+            return False
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[StoreConnection]:
+        runner = self._runner
+        if runner is None:
+            async with self._pg_engine().begin() as conn:
+                yield PgConnection(conn)
+            return
+        task = runner.enter_write()
+        tx = SqliteConnection(runner, write=True)
+        ok = False
+        try:
+            yield tx
+            ok = True
+        finally:
+            runner.leave_write(task)
+            # A failed body's ROLLBACK is queued, not awaited: the next transaction runs after it anyway.
+            end = tx.end(commit=ok)
+        if end is not None:
+            await result_to_the_end(end)
+
+    @contextlib.asynccontextmanager
+    async def reader(self) -> AsyncIterator[StoreConnection]:
+        """A read-only connection: on SQLite a deferred BEGIN, so readers never queue behind writers."""
+        runner = self._runner
+        if runner is None:
+            if self._read_engine is None:
+                raise UnavailableError("store is not open")
+            async with self._read_engine.connect() as conn:
+                yield PgConnection(conn)
+            return
+        snapshot = SqliteConnection(runner, write=False)
+        try:
+            yield snapshot
+        finally:
+            end = snapshot.end(commit=False)
+            if end is not None:
+                await result_to_the_end(end)
+
+    async def checkpoint(self) -> None:
+        """Flush the SQLite WAL into the database file and truncate it (deleted values leave the disk)."""
+        runner = self._runner
+        if runner is None:
+            return
+        await result(runner.thread.submit(runner.checkpoint_job, (), tx=WriteQueue(), last=True))
+
+    # -- running units of work -------------------------------------------------
+
+    def _pg_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise UnavailableError("store is not open")
+        return self._engine
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        runner = self._runner
+        if runner is not None:
+            return await runner.read(fn, *args)
+        if self._read_engine is None:
+            raise UnavailableError("store is not open")
+        for attempt in (1, 2):
+            try:
+                async with self._read_engine.connect() as conn:
+                    return await conn.run_sync(fn, *args)
+            except DBAPIError as e:
+                # A pooled connection the server dropped: SQLAlchemy has invalidated the pool; a read is safe to repeat.
+                if attempt == 2 or not e.connection_invalidated:
+                    raise_translated(e)
+                    raise
+                log.warning("store: a pooled connection was dead; reading again on a fresh one")
+        raise AssertionError("unreachable")
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        runner = self._runner
+        if runner is not None:
+            return await runner.write(fn, *args)
+        async with self.transaction() as conn:
+            return await conn.run(fn, *args)
+
+    async def _on(self, conn: StoreConnection | None, fn: Callable[..., T], *args: Any) -> T:
+        """In the caller's transaction when given one, else as a read of its own."""
+        if conn is not None:
+            return await conn.run(fn, *args)
+        return await self._read(fn, *args)
+
+    # -- requests --------------------------------------------------------------
+
+    async def insert_request(self, conn: StoreConnection, row: Mapping[str, Any]) -> bool:
+        """Insert; False when (tenant, unique_id) exists already."""
+        return await conn.run(rowcount, self._inserts.request, dict(row)) == 1
+
+    async def get_request(self, tenant_id: str, request_id: str, *,
+                          conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        return await self._on(conn, first, _GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
+
+    async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *,
+                                       conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        return await self._on(conn, first, _GET_REQUEST_BY_UNIQUE_ID,
+                              {"tenant_id": tenant_id, "unique_id": unique_id})
+
+    async def list_requests(self, tenant_id: str, *, status: str | None = None, run_id: str | None = None,
+                            limit: int = 100) -> list[dict[str, Any]]:
+        stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id)
+        if status is not None:
+            stmt = stmt.where(requests_t.c.status == status)
+        if run_id is not None:
+            stmt = stmt.where(requests_t.c.run_id == run_id)
+        stmt = stmt.order_by(requests_t.c.created_at).limit(limit)
+        return await self._read(all_rows, stmt)
+
+    async def resolve_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str,
+                              now: float, values: Mapping[str, Any], require_unexpired: bool) -> bool:
+        """Compare-and-set pending → ``status``. True for the one winner."""
+        stmt = _RESOLVE_UNEXPIRED if require_unexpired else _RESOLVE_EXPIRED
+        params = {"status": status, "resolved_at": now, **values,
+                  "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
+        return await conn.run(rowcount, stmt, params) == 1
+
+    async def cancel_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float,
+                             principal: str) -> bool:
+        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
+        return await conn.run(rowcount, _CANCEL_REQUEST, params) == 1
+
+    async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str]]:
+        stmt = (
+            select(requests_t.c.id, requests_t.c.tenant_id)
+            .where(and_(requests_t.c.status == "pending", requests_t.c.expires_at <= now))
+            .order_by(requests_t.c.expires_at)
+            .limit(limit)
+        )
+        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, stmt)]
+
+    async def uncollected_sensitive(self, *, resolved_before: float, limit: int = 500) -> list[tuple[str, str]]:
+        stmt = (select(requests_t.c.id, requests_t.c.tenant_id)
+                .where(and_(requests_t.c.sensitive.is_(True), requests_t.c.response_json.is_not(None),
+                            requests_t.c.resolved_at < resolved_before))
+                .limit(limit))
+        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, stmt)]
+
+    async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
+        return await self._write(rowcount, _PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
+
+    # -- journal (core/store/journal.py) ---------------------------------------
+
+    async def append_journal(self, conn: StoreConnection, **fields: Any) -> JournalEntry:
+        return await self.journal.append(conn, **fields)
+
+    async def journal_entries(self, **query: Any) -> list[JournalEntry]:
+        return await self.journal.entries(**query)
+
+    async def journal_rows_for_run(self, *, tenant_id: str, run_id: str, limit: int = 10000) -> list[JournalEntry]:
+        return await self.journal.for_run(tenant_id=tenant_id, run_id=run_id, limit=limit)
+
+    async def verify_journal(self) -> list[str]:
+        return await self.journal.verify()
+
+    # -- links -----------------------------------------------------------------
+
+    async def insert_link(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
+        await conn.run(rowcount, _INSERT_LINK, dict(row))
+
+    async def get_link_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_LINK_BY_HASH, {"token_sha256": token_sha256})
+
+    async def use_link(self, conn: StoreConnection, *, link_id: str, now: float) -> bool:
+        return await conn.run(rowcount, _USE_LINK, {"w_id": link_id, "w_now": now}) == 1
+
+    # -- deliveries ------------------------------------------------------------
+
+    async def upsert_delivery(self, *, tenant_id: str, request_id: str, channel: str, target: str,
+                              now: float) -> int:
+        return await self._write(_upsert_delivery, {
+            "tenant_id": tenant_id, "request_id": request_id, "channel": channel, "target": target,
+            "status": "pending", "attempts": 0, "created_at": now, "updated_at": now,
+        })
+
+    async def update_delivery(self, delivery_id: int, *, conn: StoreConnection | None = None,
+                              **values: Any) -> None:
+        values.setdefault("updated_at", time.time())
+        params = {**values, "w_id": delivery_id}
+        if conn is not None:
+            await conn.run(rowcount, _UPDATE_DELIVERY, params)
+            return
+        await self._write(rowcount, _UPDATE_DELIVERY, params)
+
+    async def deliveries_for(self, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
+        return await self._read(all_rows, _DELIVERIES_FOR, {"tenant_id": tenant_id, "request_id": request_id})
+
+    async def deliveries_for_many(self, tenant_id: str, request_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
+        if not request_ids:
+            return out
+        stmt = (select(deliveries_t).where(and_(deliveries_t.c.tenant_id == tenant_id,
+                                                deliveries_t.c.request_id.in_(request_ids)))
+                .order_by(deliveries_t.c.id))
+        for r in await self._read(all_rows, stmt):
+            out[r["request_id"]].append(r)
+        return out
+
+    # -- chat actions ----------------------------------------------------------
+
+    async def insert_chat_actions(self, rows: list[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        await self._write(rowcount, _INSERT_CHAT_ACTION, [dict(r) for r in rows])
+
+    async def get_chat_action(self, token: str, *, channel: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_CHAT_ACTION, {"token": token, "channel": channel})
+
+    # -- message refs ----------------------------------------------------------
+
+    async def insert_message_ref(self, row: Mapping[str, Any]) -> None:
+        # ON CONFLICT DO NOTHING: the same message remembered twice (a retried delivery) keeps the first.
+        await self._write(rowcount, self._inserts.message_ref, dict(row))
+
+    async def get_message_ref(self, *, channel: str, message_key: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_MESSAGE_REF, {"channel": channel, "message_key": message_key})
+
+    # -- api keys --------------------------------------------------------------
+
+    async def insert_api_key(self, row: Mapping[str, Any]) -> None:
+        await self._write(rowcount, _INSERT_API_KEY, dict(row))
+
+    async def find_api_key(self, key_sha256: str) -> dict[str, Any] | None:
+        return await self._read(first, _FIND_API_KEY, {"key_sha256": key_sha256})
+
+    async def list_api_keys(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
+        stmt = select(api_keys_t).order_by(api_keys_t.c.created_at)
+        if tenant_id is not None:
+            stmt = stmt.where(api_keys_t.c.tenant_id == tenant_id)
+        return await self._read(all_rows, stmt)
+
+    async def revoke_api_key(self, key_id: str, *, now: float) -> bool:
+        return await self._write(rowcount, _REVOKE_API_KEY, {"w_id": key_id, "w_now": now}) == 1
+
+    # -- annotations -----------------------------------------------------------
+
+    async def insert_annotation(self, conn: StoreConnection, row: Mapping[str, Any]) -> int:
+        """The new annotation's seq; ConflictError when its ``supersedes`` has a successor already."""
+        return await conn.run(inserted_pk, _INSERT_ANNOTATION, dict(row))
+
+    async def get_annotation(self, tenant_id: str, annotation_id: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_ANNOTATION, {"tenant_id": tenant_id, "annotation_id": annotation_id})
+
+    async def list_annotations(self, tenant_id: str, run_id: str, *, after_seq: int = 0,
+                               limit: int = 100) -> list[dict[str, Any]]:
+        stmt = (select(annotations_t)
+                .where(and_(annotations_t.c.tenant_id == tenant_id, annotations_t.c.run_id == run_id,
+                            annotations_t.c.seq > after_seq))
+                .order_by(annotations_t.c.seq).limit(limit))
+        return await self._read(all_rows, stmt)
+
+    async def query_annotations(self, tenant_id: str, *, run_id: str | None = None, since: float | None = None,
+                                until: float | None = None, limit: int = 100000) -> list[dict[str, Any]]:
+        stmt = select(annotations_t).where(annotations_t.c.tenant_id == tenant_id)
+        if run_id is not None:
+            stmt = stmt.where(annotations_t.c.run_id == run_id)
+        if since is not None:
+            stmt = stmt.where(annotations_t.c.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(annotations_t.c.created_at < until)
+        stmt = stmt.order_by(annotations_t.c.seq).limit(limit)
+        return await self._read(all_rows, stmt)
+
+    # -- state -----------------------------------------------------------------
+
+    async def get_state(self, namespace: str, key: str) -> str | None:
+        return await self._read(scalar, GET_STATE, {"namespace": namespace, "key": key})
+
+    async def set_state(self, namespace: str, key: str, value: str) -> None:
+        await self._write(put_state, namespace, key, value, time.time())
+
+    async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
+        """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
+        return await self._write(set_state_if_absent, self._inserts.state, namespace, key, value)
+
+    # -- notifications and leadership (PostgreSQL) -----------------------------
+
+    async def notify(self, conn: StoreConnection, payload: Mapping[str, Any]) -> None:
+        """Queue a NOTIFY in this transaction: other instances hear it only once it commits."""
+        if self.is_postgres:
+            await conn.run(rowcount, _NOTIFY, {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
+
+    def asyncpg_dsn(self) -> str:
+        url = make_url(self.async_url).set(drivername="postgresql")
+        return url.render_as_string(hide_password=False)
+
+    async def try_leadership(self, name: str) -> bool:
+        """Lead the named loop (PostgreSQL: an advisory lock on a connection of its own; SQLite: always)."""
+        return await self.leadership.take(name)
+
+    async def leadership_alive(self, name: str) -> bool:
+        return await self.leadership.alive(name)
+
+    async def release_leadership(self, name: str) -> None:
+        await self.leadership.release(name)
