@@ -20,6 +20,19 @@ if [ ! -x "$chromium" ]; then
     fi
 fi
 
+# The email tests read replies from a real IMAP server: Debian's Dovecot, started per test session
+# by tests/harness/mail.py with a throwaway config (the system service is not needed).
+if [ ! -x /usr/sbin/dovecot ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: installing Debian's dovecot-imapd for the email tests" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dovecot-imapd
+    else
+        echo "run.sh: /usr/sbin/dovecot is missing; email tests will skip (fail with CI=true)." >&2
+        echo "run.sh: install it with: sudo apt-get update && sudo apt-get install -y dovecot-imapd" >&2
+    fi
+fi
+
 postgres_answers() {
     if command -v pg_isready >/dev/null 2>&1; then
         pg_isready -q -h 127.0.0.1 -p 5432
