@@ -136,6 +136,7 @@ class Settings(_Section):
     telegram: dict[str, Any] | None = None
     matrix: dict[str, Any] | None = None
     slack: dict[str, Any] | None = None
+    email: dict[str, Any] | None = None
     webhooks: list[dict[str, Any]] | None = None
     web: dict[str, Any] | None = None
 

@@ -90,12 +90,18 @@ class WebFormsConnector(Connector):
     # -- handlers ------------------------------------------------------------------
 
     async def show_form(self, request: web.Request) -> web.StreamResponse:
-        """Render the form. Never decides anything: scanners and previews fetch links too."""
+        """Render the form. Never decides anything: scanners and previews fetch links too.
+
+        ``?decision=approve|reject`` (the Approve/Reject links of a mail) only preselects: the page
+        asks the person to confirm with the button.
+        """
         try:
             link, view = await self.service.open_link(request.match_info["token"])
         except HandraiseError as e:
             return self._outcome_for(e)
-        return await self._form_page(link, view)
+        chosen = request.query.get("decision")
+        return await self._form_page(link, view, chosen=chosen if view.kind == "approval" and chosen in (
+            "approve", "reject") else None)
 
     async def take_answer(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
@@ -148,7 +154,8 @@ class WebFormsConnector(Connector):
     # -- pages ---------------------------------------------------------------------
 
     async def _form_page(self, link: LinkView, view: RequestView, *, posted: dict[str, list[str]] | None = None,
-                         errors: list[FieldError] | None = None, status: int = 200) -> web.Response:
+                         errors: list[FieldError] | None = None, status: int = 200,
+                         chosen: str | None = None) -> web.Response:
         approval = view.kind == "approval"
         specs = form_specs(view.schema, sensitive=view.sensitive)
         by_field, general = split_errors(specs, errors or [])
@@ -167,6 +174,7 @@ class WebFormsConnector(Connector):
             csrf=csrf_token(await self.service.server_secret(), link.id),
             approval=approval,
             sensitive=view.sensitive,
+            chosen=chosen,
         )
         return page_response(html, status=status)
 

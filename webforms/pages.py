@@ -133,13 +133,13 @@ class Pages:
 
     def form(self, *, question: str, asker: str, created_by: str, recipient: str | None, seconds_left: float,
              fields: Sequence[FieldView], general_errors: Sequence[str] = (), csrf: str, approval: bool,
-             sensitive: bool) -> str:
+             sensitive: bool, chosen: str | None = None) -> str:
         error_count = sum(1 for f in fields if f.error) + len(general_errors)
         return self.env.get_template("form.html").render(
             question=question, asker=asker, created_by=created_by, recipient=recipient,
             seconds_left=max(0, math.ceil(seconds_left)), time_left=time_left_text(seconds_left),
             fields=list(fields), general_errors=list(general_errors), error_count=error_count,
-            csrf_field=CSRF_FIELD, csrf=csrf, approval=approval, sensitive=sensitive,
+            csrf_field=CSRF_FIELD, csrf=csrf, approval=approval, sensitive=sensitive, chosen=chosen,
             any_required=any(f.required for f in fields if f.control != "approval"),
         )
 

@@ -55,7 +55,8 @@ def _nested_models(annotation: Any) -> list[type[BaseModel]]:
 
 
 def _all_keys(model: type[BaseModel]) -> set[str]:
-    keys = set(model.model_fields)
+    # A key spelled differently in TOML (``from``, a Python keyword) is documented by its alias.
+    keys = {field.alias or name for name, field in model.model_fields.items()}
     for field in model.model_fields.values():
         for nested in _nested_models(field.annotation):
             keys |= _all_keys(nested)

@@ -505,37 +505,48 @@ class DovecotServer:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:``port`` to ``target``; ``cut`` drops every connection and refuses new ones."""
+    """Forwards 127.0.0.1:``port`` to ``target``. ``cut`` is an outage: open connections are reset and
+    new ones are reset on arrival (``wait_refused`` awaits one), until ``restore``."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._down = False
+        self._refused = asyncio.Event()
         self.port = 0
-        self.connections = 0
+        self.refused = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def cut(self) -> None:
-        """Stop listening (connections are refused) and reset every open connection."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        self._down = True
+        self._refused.clear()
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
 
     async def restore(self) -> None:
-        """Listen again on the same port."""
-        await self.start()
+        self._down = False
+
+    async def wait_refused(self, timeout: float = 15.0) -> None:
+        """Return once a client has tried to connect during the outage."""
+        await asyncio.wait_for(self._refused.wait(), timeout)
 
     async def stop(self) -> None:
         await self.cut()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+        if self._down:
+            self.refused += 1
+            self._refused.set()
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:

@@ -139,8 +139,13 @@ async def test_a_cut_line_refuses_and_comes_back(dovecot: DovecotServer, tcp_pro
     await proxy.cut()
     with pytest.raises((ConnectionError, OSError, asyncio.TimeoutError, aioimaplib.Abort)):
         await asyncio.wait_for(client.select("INBOX"), timeout=2)  # aioimaplib waits forever on a dead line
-    with pytest.raises(OSError):
-        await asyncio.open_connection("127.0.0.1", proxy.port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    with pytest.raises(ConnectionError):
+        if not await reader.read(100):
+            raise ConnectionResetError("closed")  # a reset may read as EOF
+    writer.close()
+    await proxy.wait_refused(timeout=5)
+    assert proxy.refused == 1
     await proxy.restore()
     again = await _imap_login(dovecot, user, password, port=proxy.port)
     assert (await again.select("INBOX")).result == "OK"
