@@ -58,7 +58,7 @@ class ImapSettings(_Section):
 
     host: str = Field(min_length=1)
     port: int = Field(default=993, ge=1, le=65535)
-    security: Security = "tls"
+    security: Literal["tls", "none"] = "tls"  # aioimaplib speaks no STARTTLS
     user: str = Field(min_length=1)
     # From the environment: HANDRAISE_EMAIL__IMAP__PASSWORD.
     password: SecretStr
