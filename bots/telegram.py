@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import datetime as dt
 import hmac
+import json
 import logging
 import re
 import warnings
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from telegram import (
     ForceReply,
     InlineKeyboardButton,
@@ -52,10 +53,11 @@ from telegram.warnings import PTBDeprecationWarning
 
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
-from handraise.core.connectors import AnswerOutcome, Connector, outcome_text, rating_value
-from handraise.core.errors import ConfigError, ConnectorError, GoneError, NotFoundError
+from handraise.core import wording
+from handraise.core.chat import ChatConnector, RoutedSettings, Sender, TenantRoute
+from handraise.core.connectors import AnswerOutcome, rating_value
+from handraise.core.errors import ConfigError, ConnectorError
 from handraise.core.redaction import redact
-from handraise.core.schema import coerce_text, describe_field, fields, parse_field_lines
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +65,33 @@ MAX_TEXT = 4096  # Telegram's limit, in UTF-16 code units
 MAX_BUTTON_CHOICES = 8
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 POLL_LOCK = "telegram-poll"
-NAMES = "telegram.names"  # durable state: user id -> display name, for "Answered by …"
-SENSITIVE_TEXT = ("🔒 A private answer is needed. For your safety the question is shown only in the form: "
-                  "open it with the button below. Replies in this chat are deleted.")
+SENSITIVE_TEXT = wording.text("sensitive_question") + " Open it with the button below; replies in this chat are deleted."
 CUT_NOTE = "[The question is cut here: the form shows all of it.]"
-RATE_PROMPT = "Rate this run (1 = poor, 5 = great):"
+# Durable state: request id -> the private messages with a form link sent about it (their buttons go with it).
+SENT = "telegram.sent"
+# What a "Open form" button's token stands for: a personal link, handed out in a private chat.
+FORM_INTENT: dict[str, Any] = {"form": True}
 _FORM_TOKEN = re.compile(r"/f/[A-Za-z0-9_-]+")
 
 
-class TelegramTenantSettings(BaseModel):
+class TelegramTenantSettings(TenantRoute):
     """Where one tenant's requests go, and who may answer them."""
-
-    model_config = ConfigDict(extra="forbid")
 
     chat_ids: list[int] = Field(min_length=1)
     allowed_user_ids: list[int] = Field(min_length=1)
 
+    def places(self) -> list[str]:
+        return [str(c) for c in self.chat_ids]
 
-class TelegramSettings(BaseModel):
+    def people(self) -> list[str]:
+        return [str(u) for u in self.allowed_user_ids]
+
+
+class TelegramSettings(RoutedSettings):
     """``[telegram]``. Per tenant: ``[telegram.tenants.<id>]``; or, for one tenant, the short form
     ``chat_ids`` / ``allowed_user_ids`` (with ``tenant`` when several tenants are configured)."""
 
-    model_config = ConfigDict(extra="forbid")
+    place_word = "chat"
 
     token: SecretStr
     base_url: str = "https://api.telegram.org/bot"
@@ -122,15 +129,12 @@ class TelegramSettings(BaseModel):
         return self
 
 
-class TelegramConnector(Connector):
+class TelegramConnector(ChatConnector):
     name = "telegram"
     settings_model = TelegramSettings
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        settings: TelegramSettings = self.settings
-        self._tenants: dict[str, TelegramTenantSettings] = dict(settings.tenants)
-        self._allowed = {t: {str(u) for u in s.allowed_user_ids} for t, s in self._tenants.items()}
         self._app: Application | None = None
         self._ready = asyncio.Event()
         self.polling = False  # this instance holds the polling lock and polls
@@ -139,7 +143,7 @@ class TelegramConnector(Connector):
 
     @classmethod
     def load_settings(cls, app_settings: Settings) -> TelegramSettings:
-        settings: TelegramSettings = super().load_settings(app_settings)
+        settings: TelegramSettings = super(ChatConnector, cls).load_settings(app_settings)
         known = [t.id for t in app_settings.tenants]
         if settings.chat_ids is not None:
             tenant = settings.tenant or (known[0] if len(known) == 1 else None)
@@ -154,23 +158,13 @@ class TelegramConnector(Connector):
                 raise ConfigError(f"telegram.{e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
         elif settings.tenant is not None:
             raise ConfigError("telegram.tenant: only with chat_ids and allowed_user_ids")
-        owner: dict[int, str] = {}
-        for tenant, section in settings.tenants.items():
-            if tenant not in known:
-                raise ConfigError(f"telegram.tenants.{tenant}: no such tenant")
-            for chat in section.chat_ids:
-                # One chat, one tenant: its members would otherwise see another tenant's questions.
-                if chat in owner and owner[chat] != tenant:
-                    raise ConfigError(f"telegram.tenants.{tenant}.chat_ids: chat {chat} also serves {owner[chat]}")
-                owner[chat] = tenant
+        try:
+            # The short form joined the tenants after validation: check one tenant per chat again.
+            settings._one_tenant_per_place()
+        except ValueError as e:
+            raise ConfigError(f"telegram.tenants: {e}") from None
+        settings.check_tenants(app_settings, section=cls.name)
         return settings
-
-    def targets(self, tenant_id: str) -> list[str]:
-        section = self._tenants.get(tenant_id)
-        return [str(c) for c in section.chat_ids] if section else []
-
-    def may_answer(self, tenant_id: str, user_id: str) -> bool:
-        return user_id in self._allowed.get(tenant_id, set())
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -317,17 +311,18 @@ class TelegramConnector(Connector):
         if "message_id" not in ref:
             return
         bot = await self._bot()
-        line = await self._outcome_line(request)
+        await self._strip_private_links(request)
+        line = (await self.outcome_of(request)).plain()
         markup = None
         if ref.get("reminder"):
-            text = f"⏰ Reminder. {line}"
+            text = f"{wording.ICONS['reminder']} {line}"
         else:
             if self.offers_ratings(request):
                 # One row under the outcome; the question's message is the one place people rate from.
                 tokens = await self.rating_tokens(request)
                 markup = InlineKeyboardMarkup([[InlineKeyboardButton(str(n), callback_data=token)
                                                 for n, token in enumerate(tokens, start=1)]])
-                line += "\n" + RATE_PROMPT
+                line += "\n" + wording.text("rate_prompt")
             text, _ = compose_text(request, hint="", outcome=line)
         try:
             await bot.edit_message_text(text, chat_id=ref["chat_id"], message_id=ref["message_id"],
@@ -339,14 +334,28 @@ class TelegramConnector(Connector):
         except TelegramError as e:
             raise self._wrap(e) from e
 
+    async def _strip_private_links(self, view: RequestView) -> None:
+        """The private messages that carried a personal link lose their button: the request is over."""
+        kept = await self.service.get_state(SENT, view.id)
+        if not kept:
+            return
+        assert self._app is not None
+        for chat_id, message_id in json.loads(kept):
+            try:
+                await self._app.bot.edit_message_reply_markup(chat_id=chat_id, message_id=message_id,
+                                                              reply_markup=None)
+            except TelegramError as e:  # "not modified" (done already), or the person deleted it
+                self.log.debug("telegram: a private link message kept its state (%s)", type(e).__name__)
+
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:
         bot = await self._bot()
         chat_id = int(target)
         reply = (ReplyParameters(message_id=ref["message_id"], allow_sending_without_reply=True)
                  if "message_id" in ref else None)
-        text = "⏰ Reminder: the question above still needs an answer."
+        text = f"{wording.ICONS['reminder']} " + wording.reminder(request, now=self.service.clock(),
+                                                                  tz=self.timezone(request.tenant_id))
         if reply is None:
-            text, _ = compose_text(request, hint="⏰ Reminder: this still needs an answer.", outcome=None)
+            text, _ = compose_text(request, hint=text, outcome=None)
         try:
             message = await bot.send_message(chat_id, text, reply_parameters=reply)
         except TelegramError as e:
@@ -366,18 +375,37 @@ class TelegramConnector(Connector):
             buttons = [InlineKeyboardButton(label, callback_data=token) for (label, _), token in zip(choices, tokens)]
             per_row = 2 if all(len(label) <= 20 for label, _ in choices) else 1
             rows = [buttons[i:i + per_row] for i in range(0, len(buttons), per_row)]
-        text, cut = compose_text(view, hint=hint_text(view, style), outcome=None)
-        wants_form = style in ("sensitive", "form", "approval") or cut
+        hint = hint_text(view, style, tz=self.timezone(view.tenant_id))
+        text, cut = compose_text(view, hint=hint, outcome=None)
+        wants_form = style in ("sensitive", "form_only", "form", "approval") or cut
         link = None
         if wants_form:
-            minted = await self.service.mint_link(tenant_id=view.tenant_id, request_id=view.id,
-                                                  principal="telegram:bot", recipient=f"telegram chat {chat_id}")
-            link = minted.url
+            link = await self._form_url(view, chat_id)
             label = "Open form (add a reason)" if style == "approval" else "Open form"
             rows.append([InlineKeyboardButton(label, url=link)])
         if style == "free_text" and not cut:
-            return text, ForceReply(selective=False, input_field_placeholder="Your answer"), None
+            # Selective: in a group, the reply field opens for the people the message addresses only.
+            return text, ForceReply(selective=True, input_field_placeholder="Your answer"), None
         return text, InlineKeyboardMarkup(rows) if rows else None, link
+
+    async def _form_url(self, view: RequestView, chat_id: int) -> str:
+        """Where "Open form" leads: never a link that anyone in a group could use.
+
+        In a private chat the chat is the person: their own link. In a group, a deep link to this
+        bot (``t.me/<bot>?start=<token>``): the person who taps it sends ``/start <token>`` in
+        private, and gets a link of their own there if they are on the allowlist. It works for
+        people who never opened a private chat with the bot.
+        """
+        if chat_id > 0 and self.may_answer(view.tenant_id, str(chat_id)):
+            sender = Sender(str(chat_id), self.principal(str(chat_id)), "")
+            outcome = await self.personal_link(tenant_id=view.tenant_id, request_id=view.id, sender=sender,
+                                               recipient=f"telegram chat {chat_id}")
+            if outcome.url:
+                return outcome.url
+        token, = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
+                                                        channel=self.name, values=[FORM_INTENT])
+        assert self._app is not None
+        return f"https://t.me/{self._app.bot.username}?start={token}"
 
     async def _send(self, bot: Any, chat_id: int, text: str, markup: Any, link: str | None) -> Message:
         try:
@@ -398,19 +426,6 @@ class TelegramConnector(Connector):
                                               link_preview_options=LinkPreviewOptions(is_disabled=True))
         except TelegramError as e:
             raise self._wrap(e) from e
-
-    async def _outcome_line(self, view: RequestView) -> str:
-        who = None
-        principal = view.resolved_by or ""
-        if principal.startswith("telegram:"):
-            who = await self.service.get_state(NAMES, principal.partition(":")[2])
-        icon = {"answered": "✅", "expired": "⌛", "cancelled": "🚫"}.get(view.status, "")
-        line = f"{icon} {outcome_text(view, who=who)}".strip()
-        if view.status == "answered" and not view.sensitive and view.has_response:
-            summary = summarize(view.response)
-            if summary:
-                line += f": {summary}"
-        return line
 
     def _wrap(self, error: TelegramError) -> ConnectorError:
         """python-telegram-bot's failures, wrapped once: what to retry, when, and what is hopeless."""
@@ -436,26 +451,26 @@ class TelegramConnector(Connector):
         found = await self.service.resolve_chat_action(token=query.data or "", channel=self.name)
         message = query.message
         if found is not None and message is not None:
-            # The button must sit on a message posted about the same request.
+            # The button must sit on a message posted about the same request. A message not
+            # recorded yet (a tap faster than the bot's own bookkeeping) has nothing to contradict.
             posted = await self.service.lookup_message(channel=self.name,
                                                        message_key=f"{message.chat.id}:{message.message_id}")
-            if posted != (found[0], found[1]):
+            if posted is not None and posted != (found[0], found[1]):
                 found = None
         if found is None:
-            await self._answer_query(query, "This button is no longer valid.")
+            await self._answer_query(query, wording.text("button_invalid"))
             return
         tenant_id, request_id, value = found
-        user_id = str(query.from_user.id)
+        sender = sender_of(query.from_user)
         rating = rating_value(value)
         if rating is not None:
-            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
-                                      principal=self.principal(user_id), rating=rating)
-            await self._answer_query(query, outcome.message, alert=not outcome.accepted)
-            return
-        await self._remember_name(query.from_user, tenant_id=tenant_id)
-        outcome = await self.submit_answer(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
-                                           response=value)
-        await self._answer_query(query, outcome.message, alert=outcome.code in ("not_authorized", "invalid"))
+            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
+                                      principal=sender.principal, rating=rating)
+        else:
+            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                                  value=value)
+        # A callback answer is seen by the tapper only: the one private way to refuse in a group.
+        await self._answer_query(query, outcome.message, alert=not outcome.accepted)
 
     async def _on_reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
@@ -467,84 +482,40 @@ class TelegramConnector(Connector):
         if found is None:
             return  # a reply to something that is not a question
         tenant_id, request_id = found
-        try:
-            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        except NotFoundError:
+        sender = sender_of(message.from_user)
+        outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                              text=message.text, message=message)
+        view = outcome.view
+        if outcome.code == "not_found" or view is None:
             return
-        user_id = str(message.from_user.id)
-        if view.sensitive:
-            await self._refuse_sensitive_reply(message, view, user_id)
-            return
-        if not self.may_answer(tenant_id, user_id):
-            # The shared refusal (journaled, nothing applied), before anything about the request is said.
-            outcome = await self.submit_answer(tenant_id=tenant_id, request_id=request_id, user_id=user_id,
-                                               response=None)
-            await self._reply(message, outcome.message, view)
-            return
-        terminal = self.terminal_outcome(view)
-        if terminal is not None:
-            await self._reply(message, terminal.message, view)
-            return
-        text = message.text
-        if text is None:
-            await self._reply(message, "Please answer with a text reply.", view)
-            return
-        if redact(text) != text:
-            await self._refuse_secret(message, view)
-            return
-        await self._remember_name(message.from_user, tenant_id=tenant_id)
-        outcome = await self._submit_text(view, user_id, text)
-        await self._reply(message, outcome.message, view)
-
-    async def _submit_text(self, view: RequestView, user_id: str, text: str) -> AnswerOutcome:
-        schema = view.schema
-        if schema is not None and schema.get("type") == "object" and presentation(view) != "approval":
-            # Lines that name no field would be dropped silently: explain instead of guessing.
-            value, errors = parse_field_lines(schema, text)
-            if errors:
-                await self.service.journal(
-                    tenant_id=view.tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
-                    principal=self.principal(user_id), channel=self.name,
-                    data={"errors": [e.to_json() for e in errors]})
-                lines = [f"• {e.field}: {e.message}" if e.field else f"• {e.message}" for e in errors]
-                return AnswerOutcome("invalid", "That answer is not valid:\n" + "\n".join(lines))
+        if outcome.code == "not_authorized":
+            await self._tell_stranger(message, outcome, view, sender)
+        elif outcome.code in ("sensitive_removed", "sensitive_kept", "secret_removed", "secret_kept"):
+            # No button: a notice outlives the request; "Open form" on the question is the way in.
+            text = outcome.message + " Use “Open form” on the question."
+            if outcome.code.endswith("_kept"):
+                await self._reply(message, text, view)
+            else:
+                await self._safe(self._app.bot.send_message(chat_id, text) if self._app else _none())
         else:
-            value = coerce_text(schema, text)
-        return await self.submit_answer(tenant_id=view.tenant_id, request_id=view.id, user_id=user_id,
-                                        response=value)
+            await self._reply(message, outcome.message, view)
 
-    async def _refuse_sensitive_reply(self, message: Message, view: RequestView, user_id: str) -> None:
-        """A chat reply to a sensitive request is refused and deleted; the masked form is the way in."""
-        deleted = await self._delete(message)
-        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
-                                   run_id=view.run_id, principal=self.principal(user_id), channel=self.name,
-                                   data={"reason": "sensitive", "deleted": deleted})
-        self.log.info("reply to a sensitive request refused", extra={"request_id": view.id, "deleted": deleted})
-        notice = ("Your reply was deleted: this answer is private and is only taken in the form."
-                  if deleted else "This answer is private and is only taken in the form: please delete your reply.")
-        await self._notice_with_form(message.chat.id, notice, view, user_id)
-
-    async def _refuse_secret(self, message: Message, view: RequestView) -> None:
-        deleted = await self._delete(message)
-        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
-                                   run_id=view.run_id, principal=self.principal(str(message.from_user.id)),
-                                   channel=self.name, data={"reason": "secret_shaped", "deleted": deleted})
-        notice = ("That reply looked like a secret (a key or token), so it was not taken"
-                  + (" and was deleted" if deleted else "") + ". Secrets belong in the form, not in chat.")
-        await self._notice_with_form(message.chat.id, notice, view, str(message.from_user.id))
-
-    async def _notice_with_form(self, chat_id: int, notice: str, view: RequestView, user_id: str) -> None:
-        markup = None
-        if not view.terminal and self.may_answer(view.tenant_id, user_id):
-            with contextlib.suppress(GoneError, NotFoundError):
-                minted = await self.service.mint_link(tenant_id=view.tenant_id, request_id=view.id,
-                                                      principal="telegram:bot", recipient=f"telegram chat {chat_id}")
-                markup = InlineKeyboardMarkup([[InlineKeyboardButton("Open form", url=minted.url)]])
-        assert self._app is not None  # updates arrive only once connected
-        sent = await self._safe(self._app.bot.send_message(chat_id, notice, reply_markup=markup))
-        if sent is not None:
-            await self.service.remember_message(channel=self.name, message_key=f"{chat_id}:{sent.message_id}",
-                                                tenant_id=view.tenant_id, request_id=view.id)
+    async def _tell_stranger(self, message: Message, outcome: AnswerOutcome, view: RequestView,
+                             sender: Sender) -> None:
+        """Once per request and person, privately when Telegram lets the bot (they started it), else
+        as one reply in the chat: a group is not told again each time a stranger speaks."""
+        if not await self.first_time_told(view, sender):
+            return
+        assert self._app is not None
+        try:
+            await self._app.bot.send_message(int(sender.user_id), outcome.message)
+            return
+        except TelegramError:
+            pass  # a person who never started the bot cannot be written to first
+        # Their message may be gone already (removed as secret-shaped): then no quote.
+        await self._safe(self._app.bot.send_message(
+            message.chat.id, outcome.message,
+            reply_parameters=ReplyParameters(message_id=message.message_id, allow_sending_without_reply=True)))
 
     async def _reply(self, message: Message, text: str, view: RequestView) -> None:
         sent = await self._safe(message.reply_text(text, do_quote=True))
@@ -553,7 +524,9 @@ class TelegramConnector(Connector):
             await self.service.remember_message(channel=self.name, message_key=f"{sent.chat.id}:{sent.message_id}",
                                                 tenant_id=view.tenant_id, request_id=view.id)
 
-    async def _delete(self, message: Message) -> bool:
+    async def remove_message(self, message: Any) -> bool:
+        if message is None:
+            return False
         try:
             return bool(await message.delete())
         except RetryAfter as e:
@@ -578,23 +551,51 @@ class TelegramConnector(Connector):
             self.log.warning("telegram notice failed: %s", _scrub(str(e), self.settings))
         return None
 
-    async def _remember_name(self, user: Any, *, tenant_id: str) -> None:
-        """Keep the display name of someone who may answer, before the answer: the withdrawn
-        message ("Answered by …") may be written before the submit call returns."""
-        if not self.may_answer(tenant_id, str(user.id)):
-            return
-        name = " ".join(p for p in (user.first_name, user.last_name) if p) or f"user {user.id}"
-        if user.username:
-            name += f" (@{user.username})"
-        await self.service.set_state(NAMES, str(user.id), name[:200])
-
     async def _on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
         if message is None or message.from_user is None:
             return
+        token = (context.args or [""])[0] if message.chat.type == "private" else ""
+        if token:
+            await self._send_personal_link(message, token)
+            return
         # Helps an operator fill in chat_ids and allowed_user_ids.
         await self._safe(message.reply_text(
             f"Handraise bot. Your Telegram user id is {message.from_user.id}; this chat's id is {message.chat.id}."))
+
+    async def _send_personal_link(self, message: Message, token: str) -> None:
+        """``/start <token>`` in private, from a group's "Open form": this person's own link, if they may answer."""
+        found = await self.service.resolve_chat_action(token=token, channel=self.name)
+        if found is None or found[2] != FORM_INTENT:
+            await self._safe(message.reply_text(wording.text("button_invalid")))
+            return
+        tenant_id, request_id, _ = found
+        sender = sender_of(message.from_user)
+        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                           recipient=f"telegram user {sender.user_id}")
+        if outcome.url is None:
+            await self._safe(message.reply_text(outcome.message))
+            return
+        try:
+            sent = await message.reply_text(
+                outcome.message, reply_markup=InlineKeyboardMarkup([[InlineKeyboardButton("Open form",
+                                                                                          url=outcome.url)]]),
+                link_preview_options=LinkPreviewOptions(is_disabled=True))
+        except BadRequest:
+            # A URL button to a host Telegram deems invalid (a loopback public_url): the link as text.
+            sent = await self._safe(message.reply_text(f"{outcome.message}\n{outcome.url}",
+                                                       link_preview_options=LinkPreviewOptions(is_disabled=True)))
+            return  # no button to take away later
+        except TelegramError as e:
+            self.log.warning("telegram: the personal link was not sent (%s)", type(e).__name__)
+            return
+        if sent is not None:
+            kept = json.loads(await self.service.get_state(SENT, request_id) or "[]")
+            kept.append([sent.chat.id, sent.message_id])
+            await self.service.set_state(SENT, request_id, json.dumps(kept))
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            if view.terminal:  # ended while the link was on its way: withdraw has run already
+                await self._strip_private_links(view)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         # The update is not logged: it may hold a reply to a private question.
@@ -603,13 +604,27 @@ class TelegramConnector(Connector):
                        exc_info=(type(error), error, error.__traceback__) if error else None)
 
 
+def sender_of(user: Any) -> Sender:
+    """A Telegram user as core's Sender: ``telegram:<id>``, shown as "Alice Smith (@alice)"."""
+    name = " ".join(p for p in (user.first_name, user.last_name) if p) or f"user {user.id}"
+    if user.username:
+        name += f" (@{user.username})"
+    return Sender(str(user.id), f"telegram:{user.id}", name[:200])
+
+
+async def _none() -> None:
+    return None
+
+
 # -- presentation (pure functions, shared by deliver and withdraw) --------------
 
 
 def presentation(view: RequestView) -> str:
-    """How a request is asked in Telegram: sensitive, approval, boolean, enum, free_text or form."""
+    """How a request is asked in Telegram: sensitive, form_only, approval, boolean, enum, free_text or form."""
     if view.sensitive:
         return "sensitive"
+    if wording.form_only(view):
+        return "form_only"
     if view.kind == "approval":
         return "approval"
     schema = view.schema
@@ -636,23 +651,20 @@ def button_choices(view: RequestView) -> list[tuple[str, Any]]:
     return []
 
 
-def hint_text(view: RequestView, style: str) -> str:
-    expires = dt.datetime.fromtimestamp(view.expires_at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    until = f"Answer by {expires}."
-    if style == "sensitive":
-        return until
+def hint_text(view: RequestView, style: str, *, tz: dt.tzinfo = dt.UTC) -> str:
+    until = wording.deadline(view, tz)
+    if style in ("sensitive", "form_only"):
+        return f"Open the form to answer. {until}" if style == "form_only" else until
     if style == "approval":
-        return f"Tap Approve or Reject, or reply “approve because …”. {until}"
+        return f"Tap Approve or Reject, or {wording.how_to_reply(view)}. {until}"
     if style in ("boolean", "enum"):
         return f"Tap your answer. {until}"
     if style == "free_text":
         return f"Reply to this message with your answer. {until}"
-    specs = fields(view.schema)
     if view.schema is not None and view.schema.get("type") == "object":
-        lines = [f"• {s.name}: {describe_field(s)}{' (required)' if s.required else ''}" for s in specs]
-        return ("Reply with one line per field (name: value), or open the form.\n"
-                + "\n".join(lines) + f"\n{until}")
-    return f"Reply with your answer ({describe_field(specs[0])}), or open the form. {until}"
+        lines = [f"• {line}" for line in wording.field_lines(view)]
+        return f"To answer, {wording.how_to_reply(view)}, or open the form.\n" + "\n".join(lines) + f"\n{until}"
+    return f"To answer, {wording.how_to_reply(view)}, or open the form. {until}"
 
 
 def compose_text(view: RequestView, *, hint: str, outcome: str | None) -> tuple[str, bool]:
@@ -668,26 +680,6 @@ def compose_text(view: RequestView, *, hint: str, outcome: str | None) -> tuple[
         tail = cut_utf16(tail, MAX_TEXT // 2) + "…"
         room = MAX_TEXT - utf16_len(tail) - utf16_len(note) - 1
     return cut_utf16(body, room) + "…" + note + tail, True
-
-
-def summarize(value: Any, *, limit: int = 200) -> str:
-    """A short human line for a (non-sensitive) answer."""
-    if isinstance(value, dict) and set(value) <= {"decision", "reason"} and "decision" in value:
-        text = str(value["decision"])
-        if value.get("reason"):
-            text += f" ({value['reason']})"
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    elif isinstance(value, dict):
-        text = "; ".join(f"{k}: {summarize(v, limit=limit)}" for k, v in value.items())
-    elif isinstance(value, list):
-        text = ", ".join(summarize(v, limit=limit) for v in value)
-    elif value is None:
-        text = ""
-    else:
-        text = str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def utf16_len(text: str) -> int:

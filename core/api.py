@@ -178,6 +178,18 @@ class LinkView:
     recipient: str | None
     created_at: float
     used_at: float | None
+    # The person it was minted for, or None for a link anyone holding it may use (``link:<id>``).
+    principal: str | None = None
+
+    @property
+    def answers_as(self) -> str:
+        """Who an answer through this link is recorded as: its person, else the link itself."""
+        return self.principal or f"link:{self.id}"
+
+    @property
+    def via(self) -> str:
+        """The channel an answer through it counts for: the person's messenger, else the web form."""
+        return self.principal.partition(":")[0] if self.principal else "web"
 
 
 @dataclass(frozen=True)

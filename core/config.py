@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tomllib
+import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,6 +124,17 @@ class TenantSettings(_Section):
     keys: list[KeySettings] = Field(default_factory=list)
     # Channels a request goes to when it names none; absent: every enabled channel serving this tenant.
     default_channels: list[str] | None = None
+    # The IANA time zone deadlines and outcomes are shown in to this tenant's people ("Europe/Berlin").
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone like Europe/Berlin or UTC") from None
+        return value
 
 
 class Settings(_Section):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ValidationError
 
+from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
 from handraise.core.errors import (
@@ -46,7 +47,6 @@ T = TypeVar("T")
 RATINGS = range(1, 6)
 RATING_STATE = "ratings"
 RATING_TOKENS = "ratings.tokens"
-RATING_NOT_AUTHORIZED = "You are not authorized to rate this run."
 
 
 @dataclass(frozen=True)
@@ -55,26 +55,23 @@ class AnswerOutcome:
 
     ``code`` is one of: ``accepted``, ``not_authorized``, ``not_found``, ``already_answered``,
     ``expired``, ``cancelled``, ``invalid`` (``message`` then says what is wrong, field by field),
-    and for a rating tap also ``unavailable`` (ratings off, no run, or a lost race).
+    the chat refusals of ``core.chat`` (``not_a_decision``, ``sensitive_removed`` ...), ``link``
+    (``url`` is a personal form link), and for a rating tap also ``unavailable``. ``message`` is
+    the wording owner's sentence for it (``core.wording``).
     """
 
     code: str
     message: str
     view: RequestView | None = None
+    url: str | None = None
 
     @property
     def accepted(self) -> bool:
         return self.code == "accepted"
 
 
-_OUTCOME_TEXT = {
-    "accepted": "Thanks, your answer was recorded.",
-    "not_authorized": "You are not authorized to answer this.",
-    "not_found": "This question is no longer known.",
-    "already_answered": "This was already answered.",
-    "expired": "This question expired.",
-    "cancelled": "This question was cancelled.",
-}
+def _said(code: str, view: RequestView | None = None) -> AnswerOutcome:
+    return AnswerOutcome(code, wording.text(code), view)
 
 
 class Backoff:
@@ -215,34 +212,35 @@ class Connector(ABC):
     # -- inbound answers -------------------------------------------------------
 
     async def submit_answer(self, *, tenant_id: str, request_id: str, user_id: str,
-                            response: Any) -> AnswerOutcome:
+                            response: Any, principal: str | None = None) -> AnswerOutcome:
         """Check the allowlist, then submit through core (validation, one winner, journal).
 
         Every inbound answer of every chat connector goes through here, so a stranger is
         refused the same way everywhere and nothing about the request changes for them.
         """
+        principal = principal or self.principal(user_id)
         if not self.may_answer(tenant_id, user_id):
             self.log.info("answer refused: not on the allowlist",
                           extra={"request_id": request_id, "channel": self.name})
             # Audited, never applied: the request itself does not change.
             await self.service.journal(tenant_id=tenant_id, event="answer_refused", request_id=request_id,
-                                       principal=self.principal(user_id), channel=self.name,
+                                       principal=principal, channel=self.name,
                                        data={"reason": "not_authorized"})
-            return AnswerOutcome("not_authorized", _OUTCOME_TEXT["not_authorized"])
+            return _said("not_authorized")
         try:
             view = await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=response,
-                                             principal=self.principal(user_id), via=self.name)
+                                             principal=principal, via=self.name)
         except InvalidAnswerError as e:
             return AnswerOutcome("invalid", invalid_answer_text(e))
         except AlreadyAnsweredError:
-            return AnswerOutcome("already_answered", _OUTCOME_TEXT["already_answered"])
+            return _said("already_answered")
         except ExpiredError:
-            return AnswerOutcome("expired", _OUTCOME_TEXT["expired"])
+            return _said("expired")
         except RequestCancelledError:
-            return AnswerOutcome("cancelled", _OUTCOME_TEXT["cancelled"])
+            return _said("cancelled")
         except NotFoundError:
-            return AnswerOutcome("not_found", _OUTCOME_TEXT["not_found"])
-        return AnswerOutcome("accepted", _OUTCOME_TEXT["accepted"], view)
+            return _said("not_found")
+        return _said("accepted", view)
 
     # -- rating buttons (RFC 0056 annotations from chat) -----------------------
 
@@ -276,15 +274,15 @@ class Connector(ABC):
                           extra={"request_id": request_id, "channel": self.name})
             await self.service.journal(tenant_id=tenant_id, event="rating_refused", request_id=request_id,
                                        principal=principal, channel=self.name, data={"reason": "not_authorized"})
-            return AnswerOutcome("not_authorized", RATING_NOT_AUTHORIZED)
+            return AnswerOutcome("not_authorized", wording.text("rating_not_authorized"))
         if self.annotations is None or not self.annotations.enabled:
-            return AnswerOutcome("unavailable", "Ratings are turned off.")
+            return AnswerOutcome("unavailable", wording.text("ratings_off"))
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
-            return AnswerOutcome("not_found", _OUTCOME_TEXT["not_found"])
+            return _said("not_found")
         if view.run_id is None:
-            return AnswerOutcome("unavailable", "This request belongs to no run, so there is nothing to rate.")
+            return AnswerOutcome("unavailable", wording.text("no_run"))
         key = f"{self.name}:{request_id}:{principal.partition(':')[2]}"
         previous = await self.service.get_state(RATING_STATE, key)
         for _ in range(3):
@@ -300,9 +298,8 @@ class Connector(ABC):
                 previous = await self._newest_of_chain(tenant_id, view.run_id, previous)
                 continue
             await self.service.set_state(RATING_STATE, key, annotation["annotationId"])
-            return AnswerOutcome("accepted", f"Thanks, rated {rating}/5."
-                                 + (" It replaces your earlier rating." if previous else ""), view)
-        return AnswerOutcome("unavailable", "Your rating was not recorded; please tap again.")
+            return AnswerOutcome("accepted", wording.rated(rating, replaced=previous is not None), view)
+        return AnswerOutcome("unavailable", wording.text("rating_lost"))
 
     async def _newest_of_chain(self, tenant_id: str, run_id: str, annotation_id: str) -> str:
         assert self.annotations is not None
@@ -317,7 +314,7 @@ class Connector(ABC):
     def terminal_outcome(view: RequestView) -> AnswerOutcome | None:
         """The refusal for an answer to a request that is no longer pending, or None while it is."""
         code = {"answered": "already_answered", "expired": "expired", "cancelled": "cancelled"}.get(view.status)
-        return None if code is None else AnswerOutcome(code, _OUTCOME_TEXT[code], view)
+        return None if code is None else _said(code, view)
 
     # -- delivery --------------------------------------------------------------
 
@@ -388,45 +385,11 @@ def rating_value(value: Any) -> int | None:
 
 
 def outcome_text(view: RequestView, *, who: str | None = None) -> str:
-    """One line on how a terminal request ended, for withdrawn messages.
-
-    ``who`` is a display name the connector knows for the principal (e.g. "Alice (@alice)");
-    without it the principal is shown as journaled. A sensitive answer is never shown.
-    """
-    if view.status == "answered":
-        by = who or _principal_label(view.resolved_by)
-        via = _CHANNEL_LABEL.get(view.resolved_via or "", view.resolved_via or "an unknown channel")
-        return f"Answered by {by} via {via}" if by else f"Answered via {via}"
-    if view.status == "expired":
-        return "Expired"
-    if view.status == "cancelled":
-        return "Cancelled"
-    return "Pending"
-
-
-_CHANNEL_LABEL = {"web": "the web form", "api": "the API", "telegram": "Telegram", "matrix": "Matrix",
-                  "slack": "Slack", "webhooks": "a webhook"}
-
-
-def _principal_label(principal: str | None) -> str:
-    if not principal:
-        return ""
-    kind, _, rest = principal.partition(":")
-    # A link is a person without a name here; "via the web form" already says it all.
-    if kind == "link":
-        return ""
-    if kind == "operator":
-        return f"operator {rest}"
-    return rest or principal
+    """One line on how a terminal request ended ("Approved by Alice via Telegram"); ``core.wording``
+    owns it. A sensitive answer is never shown."""
+    return wording.headline(view, who=who)
 
 
 def invalid_answer_text(error: InvalidAnswerError) -> str:
     """An invalid answer explained to the human, one line per field; never quotes the value."""
-    details = error.fields
-    lines = []
-    for d in details:
-        field, message = d.get("field") or "", d.get("message") or ""
-        lines.append(f"• {field}: {message}" if field else f"• {message}")
-    if not lines:
-        return f"That answer is not valid: {error.message}"
-    return "That answer is not valid:\n" + "\n".join(lines)
+    return wording.invalid_answer(error.fields, error.message)

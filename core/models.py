@@ -96,6 +96,8 @@ class LinkRow(SQLModel, table=True):
     created_by: str = Field(max_length=300)
     created_at: float = Field(sa_column=Column(Float, nullable=False))
     used_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    # The person the link was minted for (``telegram:42``): only they answer through it, as themselves.
+    principal: str | None = Field(default=None, max_length=300)
 
 
 class ApiKeyRow(SQLModel, table=True):

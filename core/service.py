@@ -420,9 +420,12 @@ class RequestService:
     # -- links -----------------------------------------------------------------
 
     async def mint_link(self, *, tenant_id: str, request_id: str, principal: str,
-                        recipient: str | None = None, forward: bool = False) -> MintedLink:
+                        recipient: str | None = None, forward: bool = False,
+                        for_principal: str | None = None) -> MintedLink:
         """A one-time form link. ``forward``: an agent's key minting for the human it serves,
-        allowed only on a request that same key created (``created_by == principal``)."""
+        allowed only on a request that same key created (``created_by == principal``).
+        ``for_principal``: a personal link; answers through it are that person's (a chat
+        connector mints one only for someone on its allowlist)."""
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if forward and view.created_by != principal:
             raise ForbiddenError("a forward key mints links only for requests it created itself")
@@ -434,12 +437,13 @@ class RequestService:
             await self.store.insert_link(conn, {
                 "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
                 "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
-                "created_by": principal, "created_at": now, "used_at": None,
+                "created_by": principal, "created_at": now, "used_at": None, "principal": for_principal,
             })
             await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
                                             run_id=view.run_id, principal=principal,
                                             data={"link_id": link_id, "recipient": recipient,
-                                                  **({"scope": "forward"} if forward else {})}, at=now)
+                                                  **({"scope": "forward"} if forward else {}),
+                                                  **({"for": for_principal} if for_principal else {})}, at=now)
         url = f"{self.settings.server.public_url}/f/{token}"
         return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
 
@@ -451,7 +455,7 @@ class RequestService:
         if row is None:
             raise NotFoundError("no such link")
         link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
-                        row["used_at"])
+                        row["used_at"], row.get("principal"))
         view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
         if view.status == "answered" and link.used_at is None:
             # The answer may have come through this very link between our two reads: its use
@@ -473,7 +477,7 @@ class RequestService:
         link, view = await self.open_link(token)
         try:
             return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
-                                     principal=f"link:{link.id}", via="web", link_id=link.id)
+                                     principal=link.answers_as, via=link.via, link_id=link.id)
         except AlreadyAnsweredError:
             # Lost a race after open_link (another tab of this link, or another channel): a dead
             # link is a 410 as open_link reports it (LinkUsedError / AlreadyAnsweredGone), not a 409.

@@ -128,7 +128,7 @@ class WebFormsConnector(Connector):
             # Core's validator has no word for "nothing was entered" on a one-value answer;
             # the attempt is journaled all the same, as the service does for its own refusals.
             await self.service.journal(tenant_id=view.tenant_id, event="invalid_attempt", request_id=view.id,
-                                       run_id=view.run_id, principal=f"link:{link.id}", channel=self.name,
+                                       run_id=view.run_id, principal=link.answers_as, channel=self.name,
                                        data={"errors": [e.to_json() for e in parsed.errors]})
             return await self._form_page(link, view, posted=parsed.posted, errors=parsed.errors, status=422)
         try:

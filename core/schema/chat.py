@@ -14,10 +14,21 @@ from handraise.core.schema.validation import FieldError
 
 _TRUE_WORDS = frozenset({"yes", "y", "true", "1", "👍", "✅"})
 _FALSE_WORDS = frozenset({"no", "n", "false", "0", "👎", "❌"})
-_APPROVE_WORDS = ("approved", "approve", "accepted", "accept", "okay", "yes", "lgtm", "ok", "y")
-_REJECT_WORDS = ("rejected", "reject", "declined", "decline", "denied", "deny", "no", "n")
-_APPROVE_EMOJI = ("👍", "✅")
-_REJECT_EMOJI = ("👎", "❌")
+# Words that decide an approval in chat, alone (a reason may follow a separator). Anything else,
+# "ok, let me look first" or "no idea, asking @bob", decides nothing.
+APPROVE_PHRASES = frozenset({"approve", "approved", "i approve", "yes", "y", "ok", "okay", "lgtm", "accept",
+                             "accepted", "go ahead", "ship it", "👍", "✅"})
+REJECT_PHRASES = frozenset({"reject", "rejected", "i reject", "no", "n", "deny", "denied", "decline", "declined",
+                            "👎", "❌"})
+_DECISION_EMOJI = {"👍": "approve", "✅": "approve", "👎": "reject", "❌": "reject"}
+# Words that mean nothing but a decision, so a comma may follow them ("approve, thanks").
+_STRONG_PHRASES = frozenset({"approve", "approved", "i approve", "lgtm", "reject", "rejected", "i reject",
+                             "deny", "denied", "decline", "declined"})
+# Between a decision and its reason: a colon, a dash, or "because".
+# Fixed-width alternatives only: no \s* around them, so a long run of spaces costs linear time.
+_DECISION_SEPARATOR = re.compile(r":|\s[-–—]\s|\n|\bbecause\b", re.IGNORECASE)
+# A template's placeholder for a value ("name: …") is not a value.
+_PLACEHOLDERS = frozenset({"…", "...", "<value>"})
 # Skin-tone modifiers and the emoji variation selector ride along with 👍/👎.
 _EMOJI_NOISE_CHARS = "".join(map(chr, range(0x1F3FB, 0x1F400))) + "\ufe0f"
 _EMOJI_NOISE = re.compile(f"[{_EMOJI_NOISE_CHARS}]")
@@ -29,7 +40,6 @@ _RANGE_GLUE = re.compile(r"(?:\s|from|to|till|until|through|thru|and|\.\.\.?|…
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d{1,9})?))?")
 _CLOCK_12 = re.compile(r"(\d{1,2})(?::(\d{2}))?\s*([ap])\.?\s*m\.?", re.IGNORECASE)
 _APPROVAL_LINES = re.compile(r"\s*(?:[-*•]\s*)?\**(?:decision|reason)\**\s*:", re.IGNORECASE)
-_WORD_GAP = re.compile(r"[\s:,.!;—–-]*(?:because\b[\s:,]*)?", re.IGNORECASE)
 
 
 def coerce_text(schema: dict | None, text: str) -> object:
@@ -130,7 +140,7 @@ def _match_choice(choices: tuple[str, ...], value: str) -> str:
         if len(hits) > 1:
             return value
     if set(choices) == {"approve", "reject"}:
-        decision = _approval_word(value)
+        decision = parse_decision(value)
         if decision and not decision[1]:
             return decision[0]
     return value
@@ -190,29 +200,36 @@ def _to_datetime(value: str) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _approval_word(text: str) -> tuple[str, str] | None:
-    """("approve" | "reject", the rest) when ``text`` starts with a decision word."""
-    text = text.strip()
-    for emojis, decision in ((_APPROVE_EMOJI, "approve"), (_REJECT_EMOJI, "reject")):
-        for emoji in emojis:
-            if text.startswith(emoji):
-                rest = text[len(emoji):].lstrip(_EMOJI_NOISE_CHARS)
-                return decision, _WORD_GAP.sub("", rest, count=1).strip()
-    for words, decision in ((_APPROVE_WORDS, "approve"), (_REJECT_WORDS, "reject")):
-        for word in words:
-            if text[: len(word)].casefold() != word:
-                continue
-            after = text[len(word): len(word) + 1]
-            if after and (after.isalnum() or after == "_"):
-                continue
-            return decision, _WORD_GAP.sub("", text[len(word):], count=1).strip()
+def parse_decision(text: str) -> tuple[str, str] | None:
+    """("approve" | "reject", reason) when ``text`` is a decision phrase on its own, optionally
+    followed by a separator and a reason ("reject: too risky"); None for anything else."""
+    if not isinstance(text, str):
+        return None
+    text = _EMOJI_NOISE.sub("", text).strip()
+    for emoji, decision in _DECISION_EMOJI.items():
+        if text.startswith(emoji):  # nothing casual starts with 👍: the rest is the reason
+            rest = text[len(emoji):].lstrip(" \t\n:,.!;—–-")
+            if rest[:7].casefold() == "because":
+                rest = rest[7:]
+            return decision, rest.strip()
+    parts = _DECISION_SEPARATOR.split(text, maxsplit=1)
+    if len(parts) == 1 and "," in text:
+        # "approve, thanks" decides; "ok, let me look first" and "no idea, asking @bob" do not.
+        head, _, rest = text.partition(",")
+        if " ".join(head.casefold().split()) in _STRONG_PHRASES:
+            parts = [head, rest]
+    head = " ".join(parts[0].casefold().split()).rstrip(".!")
+    reason = parts[1].strip() if len(parts) > 1 else ""
+    for phrases, decision in ((APPROVE_PHRASES, "approve"), (REJECT_PHRASES, "reject")):
+        if head in phrases:
+            return decision, reason
     return None
 
 
 def _coerce_approval(schema: dict, text: str) -> object:
     if _APPROVAL_LINES.match(text):
         return parse_field_lines(schema, text)[0]
-    found = _approval_word(text)
+    found = parse_decision(text)
     if found is None:
         return text.strip()
     decision, reason = found
@@ -300,6 +317,6 @@ def parse_field_lines(schema: dict, text: str) -> tuple[dict, list[FieldError]]:
         if spec.name not in raw:
             continue
         value = "\n".join(raw[spec.name]).strip()
-        if value:
+        if value and value not in _PLACEHOLDERS:
             typed[spec.name] = coerce_field(spec, value)
     return typed, errors

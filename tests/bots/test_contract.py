@@ -52,7 +52,7 @@ async def test_delivered_and_answered_by_button_with_principal(driver: Connector
     assert done["response"] == {"decision": "approve"}
     assert done["answered_by"] == driver.principal()
     assert done["answered_via"] == driver.channel
-    await driver.assert_withdrawn(posted, "answered")
+    await driver.assert_withdrawn(posted, "approved")
 
 
 async def test_answered_by_chat_reply(driver: ConnectorDriver, api: Api) -> None:

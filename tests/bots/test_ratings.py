@@ -100,7 +100,7 @@ async def test_telegram_rating_is_an_annotation_and_a_second_one_supersedes(db: 
         await api.wait(request["id"])
         await withdrawn(driver, posted)
         message = driver.message(posted)
-        assert "Answered by Alice (@alice) via Telegram: approve" in message.text
+        assert "✅ Approved by Alice (@alice) via Telegram" in message.text
         assert "Rate this run" in message.text
         assert labels(driver, posted) == RATING_LABELS
         assert all(request["id"] not in data for data in message.button_data())
@@ -176,7 +176,7 @@ async def test_telegram_no_rating_buttons_unless_enabled_answered_and_in_a_run(t
         await driver.press(posts[0], "approve")
         status, _ = await api.call("POST", f"/v1/requests/{cancelled['id']}/cancel")
         assert status == 200
-        for posted, outcome in zip(posts, ("Answered by Alice", "Cancelled"), strict=True):
+        for posted, outcome in zip(posts, ("Approved by Alice", "Cancelled"), strict=True):
             await withdrawn(driver, posted)
             assert outcome in driver.message(posted).text
             assert labels(driver, posted) == [] and "Rate this run" not in driver.message(posted).text
@@ -196,7 +196,7 @@ async def test_telegram_no_rating_buttons_when_feedback_is_disabled(db: str) -> 
         posted = await driver.posted(api, request)
         await driver.press(posted, "approve")
         await withdrawn(driver, posted)
-        assert "Answered by Alice" in driver.message(posted).text
+        assert "Approved by Alice" in driver.message(posted).text
         assert labels(driver, posted) == []
         status, body = await api.call("GET", "/v1/runs/run-d1/annotations", key=READER_KEY)
         assert (status, body["error"]) == (501, "capability_not_provided")

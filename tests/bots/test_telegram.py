@@ -59,8 +59,11 @@ def sent_call(driver: TelegramDriver, posted: Posted) -> Call:
                 and c.params["chat_id"] == posted.ref["chat_id"])
 
 
-def form_token(driver: TelegramDriver, posted: Posted) -> str:
-    return driver.button(posted, "open form")["url"].rsplit("/f/", 1)[1]
+async def form_token(driver: TelegramDriver, posted: Posted) -> str:
+    """The allowed human's own form link, reached through "Open form" (a deep link in a group)."""
+    url = await driver.open_form(posted)
+    assert url is not None, driver.last_private.params
+    return url.rsplit("/f/", 1)[1]
 
 
 async def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
@@ -76,9 +79,10 @@ async def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
 
 
 @pytest.mark.parametrize(("extra", "choice", "expected", "shown"), [
-    ({"kind": "approval"}, "reject", {"decision": "reject"}, "reject"),
-    ({"kind": "choice", "schema": {"type": "boolean"}}, "no", False, "no"),
-    ({"schema": {"type": "string", "enum": ["red", "green", "blue"]}}, "green", "green", "green"),
+    ({"kind": "approval"}, "reject", {"decision": "reject"}, "❌ Rejected by Alice (@alice) via Telegram"),
+    ({"kind": "choice", "schema": {"type": "boolean"}}, "no", False, "Answered by Alice (@alice) via Telegram"),
+    ({"schema": {"type": "string", "enum": ["red", "green", "blue"]}}, "green", "green",
+     "Answered by Alice (@alice) via Telegram"),
 ])
 async def test_button_answers(db: str, extra: dict[str, Any], choice: str, expected: Any, shown: str) -> None:
     async with telegram(db) as (driver, api):
@@ -94,7 +98,9 @@ async def test_button_answers(db: str, extra: dict[str, Any], choice: str, expec
         done = await api.wait(request["id"])
         assert (done["response"], done["answered_by"], done["answered_via"]) == (expected, f"telegram:{ALLOWED}",
                                                                                  "telegram")
-        await driver.assert_withdrawn(posted, f"Answered by Alice (@alice) via Telegram: {shown}")
+        await driver.assert_withdrawn(posted, shown)
+        if choice != "reject":  # the answer, under its field's title
+            assert f"Answer: {choice}" in (driver.message(posted).text or "")
 
 
 @pytest.mark.parametrize(("extra", "text", "expected"), [
@@ -120,7 +126,7 @@ async def test_reply_answers(db: str, extra: dict[str, Any], text: str, expected
         done = await api.wait(request["id"])
         assert (done["status"], done["response"], done["answered_by"]) == ("answered", expected,
                                                                            f"telegram:{ALLOWED}")
-        await driver.assert_withdrawn(posted, "Answered by Alice (@alice) via Telegram")
+        await driver.assert_withdrawn(posted, "by Alice (@alice) via Telegram")
 
 
 async def test_form_answer_with_a_fresh_link_per_chat(db: str) -> None:
@@ -133,14 +139,17 @@ async def test_form_answer_with_a_fresh_link_per_chat(db: str) -> None:
         await api.app[DISPATCHER].idle()
         rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
         posts = [Posted(request["id"], r["target"], r["ref"]) for r in rows]
-        tokens = {form_token(driver, p) for p in posts}
-        assert len(tokens) == 2  # one link per chat
+        tokens = {await form_token(driver, p) for p in posts}
+        assert len(tokens) == 2  # one link per tap
 
         await api.app[SERVICE].submit_link(token=tokens.pop(), response={"host": "db1", "port": 5432})
         done = await api.wait(request["id"])
-        assert (done["answered_via"], done["answered_by"].split(":")[0]) == ("web", "link")
+        # The link was this person's: the answer is theirs, through Telegram.
+        assert (done["answered_via"], done["answered_by"]) == ("telegram", f"telegram:{ALLOWED}")
         for posted in posts:
-            await driver.assert_withdrawn(posted, "Answered via the web form: host: db1; port: 5432")
+            await driver.assert_withdrawn(posted, "Answered by Alice (@alice) via Telegram")
+            text = driver.message(posted).text or ""
+            assert "Host: db1\nPort: 5432" in text  # field titles, in schema order
 
 
 async def test_invalid_reply_is_explained_and_the_request_stays_pending(db: str) -> None:
@@ -257,18 +266,20 @@ async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(db: str
         stranger = await driver.reply(posted, "123456", stranger=True)
         await driver.tg.wait_for_call("deleteMessage",
                                       predicate=lambda c: c.params["message_id"] == stranger.handle["message_id"])
-        await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params["text"].startswith("Your reply")
-                                      and not c.params.get("reply_markup"))
+        await until(lambda: len([c for c in driver.tg.calls_of("sendMessage")
+                                 if c.params["text"].startswith("Your reply")]) == 1)
         notices = [c for c in driver.tg.calls_of("sendMessage") if c.params["text"].startswith("Your reply")]
-        # Only the allowed human is handed a fresh form link.
-        assert [bool(c.params.get("reply_markup")) for c in notices] == [True, False]
+        # No notice carries a button that could outlive the request: the question's "Open form" is the way in.
+        assert [bool(c.params.get("reply_markup")) for c in notices] == [False]
+        # The stranger is told once that they may not answer (their reply is gone all the same).
+        await driver.tg.wait_for_call("sendMessage", predicate=lambda c: "not authorized" in c.params["text"])
         assert (await get(api, request["id"]))["status"] == "pending"
 
-        token = form_token(driver, posted)
+        token = await form_token(driver, posted)
         await api.app[SERVICE].submit_link(token=token, response="271828")
         done = await api.wait(request["id"])
         assert done["response"] == "271828"
-        await driver.assert_withdrawn(posted, "Answered via the web form")
+        await driver.assert_withdrawn(posted, "Answered by Alice (@alice) via Telegram")
         assert "271828" not in (driver.message(posted).text or "")
 
         entries = await journal(api, request["id"])
@@ -299,7 +310,7 @@ async def test_racing_taps_and_a_form_submission_resolve_once(storage_url: str) 
     async with telegram(storage_url, tenants=tenants) as (driver, api):
         request = await api.create(ask("race-1", kind="approval"))
         posted = await driver.posted(api, request)
-        token = form_token(driver, posted)
+        token = await form_token(driver, posted)
 
         async def by_form() -> bool:
             try:
@@ -386,7 +397,7 @@ async def test_rate_limit_and_server_error_are_retried(db: str) -> None:
         tg.fail_next("editMessageText", status=429, retry_after=1)
         assert (await api.submit("l-1", {"decision": "approve"}))[0] == 200
         await api.app[DISPATCHER].idle()
-        assert "Answered by operator op-1" in driver.message(posted).text
+        assert "Approved by operator op-1" in driver.message(posted).text
 
 
 async def test_long_question_is_cut_and_the_form_holds_all_of_it(db: str) -> None:
@@ -398,7 +409,7 @@ async def test_long_question_is_cut_and_the_form_holds_all_of_it(db: str) -> Non
         assert utf16_len(text) <= MAX_TEXT and CUT_NOTE in text
         assert text.startswith("Please review: 😀")
 
-        token = form_token(driver, posted)  # free text, but the cut question needs the form
+        token = await form_token(driver, posted)  # free text, but the cut question needs the form
         _link, view = await api.app[SERVICE].open_link(token)
         assert view.message_for_user == question
         await driver.reply(posted, "looks fine")  # replying still works
@@ -434,7 +445,7 @@ async def test_webhook_mode_verifies_the_secret_token(db: str) -> None:
             assert resp.status == 200
         done = await api.wait(request["id"])
         assert (done["response"], done["answered_by"]) == ({"decision": "approve"}, f"telegram:{ALLOWED}")
-        await driver.assert_withdrawn(posted, "Answered by Alice")
+        await driver.assert_withdrawn(posted, "Approved by Alice")
         assert driver.tg.calls_of("getUpdates") == []
 
 
@@ -506,9 +517,9 @@ def load(section: dict[str, Any], *, tenants: list[dict[str, Any]] | None = None
 
 
 @pytest.mark.parametrize(("section", "message"), [
-    ({"tenants": {"nobody": {"chat_ids": [1], "allowed_user_ids": [2]}}}, "telegram.tenants.nobody: no such tenant"),
+    ({"tenants": {"nobody": {"chat_ids": [1], "allowed_user_ids": [2]}}}, "telegram.tenants.nobody: no tenant with this id"),
     ({"tenants": {"acme": {"chat_ids": [1], "allowed_user_ids": [2]},
-                  "globex": {"chat_ids": [1], "allowed_user_ids": [3]}}}, "chat 1 also serves acme"),
+                  "globex": {"chat_ids": [1], "allowed_user_ids": [3]}}}, "chat 1 is configured for tenants acme and globex"),
     ({"chat_ids": [1], "allowed_user_ids": [2]}, "telegram.tenant: name the tenant"),
     ({"mode": "webhook", "chat_ids": [1], "allowed_user_ids": [2], "tenant": "acme"}, "webhook_secret is required"),
     ({"tenants": {"acme": {"chat_ids": [1], "allowed_user_ids": []}}}, "allowed_user_ids"),
@@ -538,10 +549,67 @@ async def test_a_refused_form_button_becomes_a_link_in_the_text(db: str) -> None
         request = await api.create(ask("u-1", kind="approval"))
         posted = await driver.posted(api, request)
         message = driver.message(posted)
-        assert "Form: http://127.0.0.1:8080/f/" in (message.text or "")
+        # In a group the form is reached through a deep link to the bot (a personal link, in private).
+        assert "Form: https://t.me/handraise_test_bot?start=" in (message.text or "")
         labels = [b["text"] for row in message.reply_markup["inline_keyboard"] for b in row]
         assert labels == ["✅ Approve", "❌ Reject"]  # the buttons that answer directly stay
         _, body = await api.call("GET", f"/v1/requests/{request['id']}")
         assert [(d["status"], d["attempts"]) for d in body["deliveries"]] == [("sent", 1)]
         await driver.press(posted, "approve")
+        assert (await api.wait(request["id"]))["response"] == {"decision": "approve"}
+
+
+# -- issue 10: personal links, casual remarks, stale buttons, strangers told once, early taps ----
+
+
+async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_own(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("pl-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        assert await driver.open_form(posted, stranger=True) is None
+        assert "not authorized" in driver.last_private.params["text"]
+        url = await driver.open_form(posted)
+        assert url is not None and "/f/" in url
+        private = driver.last_private
+        await api.app[SERVICE].submit_link(token=url.rsplit("/f/", 1)[1], response={"decision": "reject",
+                                                                                     "reason": "not today"})
+        done = await api.wait(request["id"])
+        assert (done["answered_by"], done["answered_via"]) == (f"telegram:{ALLOWED}", "telegram")
+        await driver.assert_withdrawn(posted, "❌ Rejected by Alice (@alice) via Telegram")
+        assert "Reason: not today" in (driver.message(posted).text or "")
+        # The private message with the link loses its button with the request.
+        await driver.tg.wait_for_call("editMessageReplyMarkup",
+                                      predicate=lambda c: c.params.get("chat_id") == ALLOWED)
+        stored = driver.tg.message(ALLOWED, private.result["message_id"])
+        assert not (stored.reply_markup or {}).get("inline_keyboard")
+
+
+async def test_a_stranger_is_told_once(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("st-1"))
+        posted = await driver.posted(api, request)
+        first = await driver.reply(posted, "hello", stranger=True)
+        await driver.bot_reply(first, containing="not authorized")
+        await driver.reply(posted, "hello again", stranger=True)
+        await driver.reply(posted, "Friday")
+        assert (await api.wait(request["id"]))["response"] == "Friday"
+        told = [c for c in driver.tg.calls_of("sendMessage") if c.ok and "not authorized" in c.params["text"]]
+        assert len(told) == 1
+
+
+async def test_free_text_force_reply_is_selective(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("fr-1"))
+        posted = await driver.posted(api, request)
+        assert sent_call(driver, posted).params["reply_markup"]["selective"] is True
+
+
+async def test_a_tap_before_the_bot_recorded_its_message_counts(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("et-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        data = driver.button(posted, "approve")["callback_data"]
+        # The same button on a message the bot has not recorded yet (its sendMessage still returning).
+        unrecorded = posted.ref["message_id"] + 1000
+        driver.push(driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=unrecorded, data=data))
         assert (await api.wait(request["id"]))["response"] == {"decision": "approve"}

@@ -210,7 +210,7 @@ async def test_withdraw_on_every_terminal_route(sqlite_url: str) -> None:
         await api.app[DISPATCHER].idle()
 
         outcomes = sorted({(ref["message"].split(":")[0], text) for _, ref, text in connector.withdrawn})
-        assert ("t1", "Answered by operator op-1 via the API") in outcomes
+        assert ("t1", "Approved by operator op-1 via the API") in outcomes  # an approval says its decision
         assert ("t1", "Cancelled") in outcomes and ("t1", "Expired") in outcomes
         assert len(connector.withdrawn) == 6  # two targets each
         for request in (answered, cancelled, expiring):

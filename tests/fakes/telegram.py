@@ -294,6 +294,8 @@ class FakeTelegram:
         self.webhook_url: str | None = None
         self.webhook_secret: str | None = None
         self._users: dict[int, dict[str, Any]] = {}
+        # People who wrote to the bot in a private chat: only they can be sent private messages.
+        self.started: set[int] = set()
         self._chats: dict[int, dict[int, StoredMessage]] = {}
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 100_000_001
@@ -503,6 +505,8 @@ class FakeTelegram:
         message = self._store(chat_id=chat_id, sender=self._user(user_id), text=text,
                               raw_text=text, entities=entities,
                               reply_to_message_id=reply_to_message_id)
+        if chat_id == user_id:  # a person who wrote to the bot in private may be written to
+            self.started.add(user_id)
         return self._new_update("message", self.message_dict(message))
 
     def make_callback(self, *, chat_id: int, user_id: int, message_id: int,
@@ -626,6 +630,9 @@ class FakeTelegram:
 
     async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = self._chat_id(params)
+        if chat_id > 0 and chat_id not in self.started:
+            # As Telegram: a bot cannot write first to someone who never started it.
+            raise ApiError(403, "Forbidden: bot can't initiate conversation with a user")
         text = self._render_text(params)
         markup = _check_markup(params.get("reply_markup"))
         reply_to = (params.get("reply_parameters") or {}).get("message_id")

@@ -38,6 +38,7 @@ KEYBOARD = InlineKeyboardMarkup(
 @pytest.fixture
 async def tg() -> AsyncIterator[FakeTelegram]:
     async with FakeTelegram() as fake:
+        fake.started.add(CHAT)  # the person wrote to the bot first, so it may write to them
         yield fake
 
 
@@ -363,3 +364,10 @@ async def test_wait_for_call_sees_past_and_future_calls(tg: FakeTelegram,
     await bot.send_chat_action(CHAT, "typing")
     assert (await tg.wait_for_call("sendChatAction")).params == {"chat_id": CHAT,
                                                                 "action": "typing"}
+
+
+async def test_a_bot_cannot_write_first_to_a_person(tg: FakeTelegram, bot: telegram.Bot) -> None:
+    with pytest.raises(telegram.error.Forbidden):
+        await bot.send_message(5555, "hello")
+    tg.push_update(tg.make_text_message(chat_id=5555, user_id=5555, text="/start"))
+    assert (await bot.send_message(5555, "hello")).text == "hello"

@@ -1,0 +1,265 @@
+"""The one path of a chat answer, for every chat connector: who, which request, what they said, what became of it.
+
+A bot turns its messenger's event into a :class:`Sender` and text (or a button's value) and calls
+:meth:`ChatConnector.answer_from_chat`; it supplies only what its messenger does differently
+(removing a message, sending a person a private link) and renders the :class:`AnswerOutcome`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from handraise.core import wording
+from handraise.core.api import RequestView
+from handraise.core.config import Settings
+from handraise.core.connectors import AnswerOutcome, Connector
+from handraise.core.errors import ConfigError, GoneError, NotFoundError
+from handraise.core.redaction import redact
+from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
+from handraise.core.schema.chat import parse_decision
+
+# Durable state: principal -> the display name their messenger last gave, for "Approved by …".
+NAMES = "chat.names"
+# Durable state: "<channel>:<request>:<principal>" -> "1" once a stranger was told, so they are told once.
+TOLD = "chat.told"
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who acted in a chat: the messenger's own id (for the allowlist), the principal core records,
+    and a name to show people ("Alice (@alice)")."""
+
+    user_id: str
+    principal: str
+    display: str
+
+
+class TenantRoute(BaseModel):
+    """One tenant's part of a connector's routing: where its requests go and who answers them.
+    Subclasses name the fields; ``places`` and ``people`` read them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def places(self) -> list[str]:
+        raise NotImplementedError
+
+    def people(self) -> list[str]:
+        raise NotImplementedError
+
+
+class RoutedSettings(BaseModel):
+    """The routing part of a chat connector's section: ``tenants`` of :class:`TenantRoute`.
+
+    Checked once here: no chat, room or channel serves two tenants (its members would read
+    another tenant's questions, DESIGN invariant 7); ``check_tenants`` checks every tenant exists.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenants: dict[str, Any] = Field(default_factory=dict)
+    # What a place is called in messages about this section ("chat", "room", "channel").
+    place_word: ClassVar[str] = "place"
+
+    @model_validator(mode="after")
+    def _one_tenant_per_place(self) -> RoutedSettings:
+        owner: dict[str, str] = {}
+        for tenant_id, route in self.tenants.items():
+            for place in route.places():
+                if place in owner and owner[place] != tenant_id:
+                    raise ValueError(f"{self.place_word} {place} is configured for tenants {owner[place]} "
+                                     f"and {tenant_id}: each {self.place_word} serves one tenant")
+                owner[place] = tenant_id
+        return self
+
+    def check_tenants(self, app_settings: Settings, *, section: str) -> None:
+        for tenant_id in self.tenants:
+            if app_settings.tenant(tenant_id) is None:
+                raise ConfigError(f"{section}.tenants.{tenant_id}: no tenant with this id in [[tenants]]")
+
+    def tenant_of(self, place: str) -> str | None:
+        return next((t for t, route in self.tenants.items() if place in route.places()), None)
+
+
+class ChatConnector(Connector):
+    """A connector whose people answer in a chat. Routing comes from its :class:`RoutedSettings`;
+    inbound answers go through :meth:`answer_from_chat`, personal form links through
+    :meth:`personal_link`, outcome words through :meth:`outcome_of`."""
+
+    @classmethod
+    def load_settings(cls, app_settings: Settings) -> Any:
+        settings = super().load_settings(app_settings)
+        settings.check_tenants(app_settings, section=cls.name)
+        return settings
+
+    # -- routing -----------------------------------------------------------------
+
+    def targets(self, tenant_id: str) -> list[str]:
+        route = self.settings.tenants.get(tenant_id)
+        return route.places() if route is not None else []
+
+    def may_answer(self, tenant_id: str, user_id: str) -> bool:
+        route = self.settings.tenants.get(tenant_id)
+        return route is not None and user_id in route.people()
+
+    def timezone(self, tenant_id: str) -> dt.tzinfo:
+        tenant = self.app_settings.tenant(tenant_id)
+        return wording.zone(tenant.timezone if tenant is not None else None)
+
+    # -- what a bot supplies -----------------------------------------------------
+
+    async def remove_message(self, message: Any) -> bool:
+        """Delete (or redact) a person's message; False where the messenger does not let the bot."""
+        return False
+
+    # -- the one path of an answer -------------------------------------------------
+
+    async def answer_from_chat(self, *, tenant_id: str, request_id: str, sender: Sender, text: str | None = None,
+                               value: Any = _MISSING, message: Any = None, decides_approvals: bool = True
+                               ) -> AnswerOutcome:
+        """allowlist -> terminal -> sensitive refusal -> secret-shaped refusal -> parse -> journal -> submit.
+
+        ``text`` is a typed reply (``message`` is the bot's handle on it, for removal); ``value`` a
+        button's typed value. A reply that must not stay in the chat (to a form-only request, or
+        secret-shaped) is removed whoever sent it, before anything else is decided: a stranger's
+        secret in a shared room leaks as much as anyone's. ``decides_approvals=False``: typed text
+        never approves or rejects here (the messenger has buttons with a confirm for that).
+        """
+        try:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return _said("not_found")
+        typed = value is _MISSING
+        removed: bool | None = None
+        kept_out = typed and text is not None and (wording.form_only(view) or redact(text) != text)
+        if kept_out:
+            removed = await self.remove_message(message)
+        if not self.may_answer(tenant_id, sender.user_id):
+            await self._journal(view, sender, "answer_refused", reason="not_authorized", removed=removed)
+            self.log.info("answer refused: not on the allowlist", extra={"request_id": view.id, "channel": self.name})
+            return _said("not_authorized", view)
+        terminal = self.terminal_outcome(view)
+        if terminal is not None:
+            return terminal
+        if not typed:
+            if wording.form_only(view):
+                return _said("use_the_form", view)  # a sensitive request has no answer buttons
+            return await self._submit(view, sender, value)
+        if text is None:
+            return _said("text_only", view)
+        if wording.form_only(view):
+            await self._journal(view, sender, "chat_reply_refused", reason="sensitive", removed=removed)
+            return _said("sensitive_removed" if removed else "sensitive_kept", view)
+        if kept_out:
+            await self._journal(view, sender, "chat_reply_refused", reason="secret_shaped", removed=removed)
+            return _said("secret_removed" if removed else "secret_kept", view)
+        if view.kind == "approval" and not decides_approvals:
+            return _said("use_buttons", view)
+        answer, problems = read_reply(view, text)
+        if problems is not None:
+            await self._journal(view, sender, "invalid_attempt", errors=problems)
+            if view.kind == "approval":
+                return _said("not_a_decision", view)
+            return AnswerOutcome("invalid", wording.invalid_answer(problems), view)
+        return await self._submit(view, sender, answer)
+
+    async def _submit(self, view: RequestView, sender: Sender, answer: Any) -> AnswerOutcome:
+        await self.remember_sender(sender)
+        outcome = await self.submit_answer(tenant_id=view.tenant_id, request_id=view.id, user_id=sender.user_id,
+                                           response=answer, principal=sender.principal)
+        # Every outcome names its request (a refusal as it stood before the answer), for the bot's reply.
+        return outcome if outcome.view is not None else replace(outcome, view=view)
+
+    async def _journal(self, view: RequestView, sender: Sender, event: str, **data: Any) -> None:
+        await self.service.journal(tenant_id=view.tenant_id, event=event, request_id=view.id, run_id=view.run_id,
+                                   principal=sender.principal, channel=self.name,
+                                   data={k: v for k, v in data.items() if v is not None})
+
+    # -- personal links ------------------------------------------------------------
+
+    async def personal_link(self, *, tenant_id: str, request_id: str, sender: Sender,
+                            recipient: str) -> AnswerOutcome:
+        """A one-time form link for this person only (``link``, with ``url``), or why not.
+
+        The link carries the person: the hosted form records the answer as theirs, through this
+        channel. Only people on the allowlist get one, so sharing the chat's message shares nothing.
+        """
+        if not self.may_answer(tenant_id, sender.user_id):
+            try:
+                view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            except NotFoundError:
+                return _said("not_found")
+            await self._journal(view, sender, "answer_refused", reason="not_authorized", what="form link")
+            return _said("not_authorized", view)
+        try:
+            minted = await self.service.mint_link(tenant_id=tenant_id, request_id=request_id,
+                                                  principal=f"{self.name}:bot", recipient=recipient,
+                                                  for_principal=sender.principal)
+        except NotFoundError:
+            return _said("not_found")
+        except GoneError:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            return self.terminal_outcome(view) or _said("not_found")
+        await self.remember_sender(sender)
+        return AnswerOutcome("link", wording.text("link"), url=minted.url)
+
+    # -- people and outcomes ---------------------------------------------------------
+
+    async def remember_sender(self, sender: Sender) -> None:
+        """Keep the person's display name before their answer: the withdrawn message ("Approved by …")
+        may be written before the submit call returns."""
+        if sender.display:
+            await self.service.set_state(NAMES, sender.principal[:200], sender.display[:200])
+
+    async def display_of(self, principal: str | None) -> str | None:
+        if not principal:
+            return None
+        return await self.service.get_state(NAMES, principal[:200])
+
+    async def outcome_of(self, view: RequestView) -> wording.Outcome:
+        """How ``view`` ended, with the person's display name and times in the tenant's zone."""
+        who = await self.display_of(view.resolved_by)
+        return wording.outcome(view, who=who, tz=self.timezone(view.tenant_id))
+
+    async def first_time_told(self, view: RequestView, sender: Sender) -> bool:
+        """True the first time this person is told something about this request (strangers are told once)."""
+        key = f"{self.name}:{view.id}:{sender.principal}"[:200]
+        if await self.service.get_state(TOLD, key) is not None:
+            return False
+        await self.service.set_state(TOLD, key, "1")
+        return True
+
+
+def read_reply(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]] | None]:
+    """A chat reply as the typed answer, or the problems reading it (None when it reads).
+
+    An approval must be a decision on its own ("approve", "reject: too risky"); a form's lines
+    must each name a field. What reads is validated by core's submit, like every answer.
+    """
+    schema = view.schema
+    if view.kind == "approval":
+        found = parse_decision(text)
+        if found is None:
+            value = coerce_text(schema, text)  # "decision: reject" lines
+            if isinstance(value, dict):
+                return value, None
+            return None, [{"field": "decision", "message": "reply approve or reject"}]
+        decision, reason = found
+        return ({"decision": decision, "reason": reason} if reason else {"decision": decision}), None
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        value, line_errors = parse_field_lines(schema, text)
+        if not line_errors:
+            return value, None
+        problems = [e.to_json() for e in line_errors]
+        seen = {p["field"] for p in problems}
+        problems += [e.to_json() for e in validate_answer(schema, value) if e.field not in seen]
+        return value, problems
+    return coerce_text(schema, text), None
+
+
+def _said(code: str, view: RequestView | None = None) -> AnswerOutcome:
+    return AnswerOutcome(code, wording.text(code), view)
