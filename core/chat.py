@@ -8,6 +8,7 @@ A bot turns its messenger's event into a :class:`Sender` and text (or a button's
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -138,19 +139,14 @@ class ChatConnector(Connector):
         kept_out = typed and text is not None and (wording.form_only(view) or redact(text) != text)
         if kept_out:
             removed = await self.remove_message(message)
-        if not self.may_answer(tenant_id, sender.user_id):
-            await self._journal(view, sender, "answer_refused", reason="not_authorized", removed=removed)
-            self.log.info("answer refused: not on the allowlist", extra={"request_id": view.id, "channel": self.name})
-            return _said("not_authorized", view)
-        terminal = self.terminal_outcome(view)
-        if terminal is not None:
-            return terminal
-        if not typed:
-            if wording.form_only(view):
-                return _said("use_the_form", view)  # a sensitive request has no answer buttons
-            return await self._submit(view, sender, value)
-        if text is None:
-            return _said("text_only", view)
+        if not typed or text is None:
+            refused = await self.gate(view, sender, removed=removed)
+            if refused is not None:
+                return refused
+            return await self._submit(view, sender, value) if not typed else _said("text_only", view)
+        refused = await self.gate(view, sender, removed=removed, form_only_too=False)
+        if refused is not None:
+            return refused
         if wording.form_only(view):
             await self._journal(view, sender, "chat_reply_refused", reason="sensitive", removed=removed)
             return _said("sensitive_removed" if removed else "sensitive_kept", view)
@@ -165,6 +161,25 @@ class ChatConnector(Connector):
             if view.kind == "approval":
                 return _said("not_a_decision", view)
             return AnswerOutcome("invalid", wording.invalid_answer(problems), view)
+        return await self._submit(view, sender, answer)
+
+    async def gate(self, view: RequestView, sender: Sender, *, removed: bool | None = None,
+                   form_only_too: bool = True) -> AnswerOutcome | None:
+        """The refusal before anything is read (not on the allowlist, no longer pending, and with
+        ``form_only_too`` answered only in the form), or None: they may go on (a button, a modal)."""
+        if not self.may_answer(view.tenant_id, sender.user_id):
+            await self._journal(view, sender, "answer_refused", reason="not_authorized", removed=removed)
+            self.log.info("answer refused: not on the allowlist", extra={"request_id": view.id, "channel": self.name})
+            return _said("not_authorized", view)
+        terminal = self.terminal_outcome(view)
+        if terminal is not None:
+            return terminal
+        if form_only_too and wording.form_only(view):
+            return _said("use_the_form", view)  # never a tap or a modal for what only the form may take
+        return None
+
+    async def submit_value(self, view: RequestView, sender: Sender, answer: Any) -> AnswerOutcome:
+        """Submit an answer read from the messenger's own widgets (a modal), after ``gate``."""
         return await self._submit(view, sender, answer)
 
     async def _submit(self, view: RequestView, sender: Sender, answer: Any) -> AnswerOutcome:
@@ -212,8 +227,12 @@ class ChatConnector(Connector):
     async def remember_sender(self, sender: Sender) -> None:
         """Keep the person's display name before their answer: the withdrawn message ("Approved by …")
         may be written before the submit call returns."""
-        if sender.display:
-            await self.service.set_state(NAMES, sender.principal[:200], sender.display[:200])
+        if not sender.display:
+            return
+        key, display = sender.principal[:200], sender.display[:200]
+        # The first write is atomic (two taps at once both land here); a changed name is an update.
+        if await self.service.set_state_if_absent(NAMES, key, display) != display:
+            await self.service.set_state(NAMES, key, display)
 
     async def display_of(self, principal: str | None) -> str | None:
         if not principal:
@@ -221,17 +240,15 @@ class ChatConnector(Connector):
         return await self.service.get_state(NAMES, principal[:200])
 
     async def outcome_of(self, view: RequestView) -> wording.Outcome:
-        """How ``view`` ended, with the person's display name and times in the tenant's zone."""
+        """How ``view`` ended, with the person's display name."""
         who = await self.display_of(view.resolved_by)
-        return wording.outcome(view, who=who, tz=self.timezone(view.tenant_id))
+        return wording.outcome(view, who=who)
 
     async def first_time_told(self, view: RequestView, sender: Sender) -> bool:
         """True the first time this person is told something about this request (strangers are told once)."""
         key = f"{self.name}:{view.id}:{sender.principal}"[:200]
-        if await self.service.get_state(TOLD, key) is not None:
-            return False
-        await self.service.set_state(TOLD, key, "1")
-        return True
+        mark = secrets.token_hex(8)
+        return await self.service.set_state_if_absent(TOLD, key, mark) == mark
 
 
 def read_reply(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]] | None]:

@@ -64,6 +64,8 @@ class AnswerOutcome:
     message: str
     view: RequestView | None = None
     url: str | None = None
+    # For ``invalid``: core's per-field problems (``{"field", "message"}``), for a form that marks fields.
+    problems: tuple[dict[str, Any], ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -231,7 +233,7 @@ class Connector(ABC):
             view = await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=response,
                                              principal=principal, via=self.name)
         except InvalidAnswerError as e:
-            return AnswerOutcome("invalid", invalid_answer_text(e))
+            return AnswerOutcome("invalid", invalid_answer_text(e), problems=tuple(e.fields))
         except AlreadyAnsweredError:
             return _said("already_answered")
         except ExpiredError:

@@ -503,6 +503,10 @@ class RequestService:
     async def set_state(self, namespace: str, key: str, value: str) -> None:
         await self.store.set_state(namespace, key, value)
 
+    async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
+        """Store ``value`` unless one is there; what is stored (the first writer wins, atomically)."""
+        return await self.store.set_state_if_absent(namespace, key, value)
+
     async def server_secret(self) -> bytes:
         """A per-installation random secret (CSRF tokens, button signatures), made once and shared."""
         value = await self.store.set_state_if_absent("server", "secret", secrets.token_hex(32))

@@ -7,13 +7,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
-from datetime import UTC, datetime
+import datetime as dt
+import re as _re
 from html.parser import HTMLParser
 from typing import Any
 
 from handraise.core.api import RequestView
-from handraise.core.connectors import outcome_text as shared_outcome_text
-from handraise.core.schema import FieldSpec, describe_field, fields
+from handraise.core import wording
+from handraise.core.schema import describe_field, fields
 
 HTML_FORMAT = "org.matrix.custom.html"
 REQUIRED_MARK = "✱"
@@ -21,38 +22,13 @@ THUMBS_UP = "👍"
 THUMBS_DOWN = "👎"
 ACCEPTED = "✅"
 
-# What a field's value is, in words, per core.schema widget; bounds and choices
-# have their own columns.
-_TYPE_WORDS = {
-    "text": "text",
-    "textarea": "text (several lines allowed)",
-    "password": "secret text",
-    "integer": "whole number",
-    "number": "number",
-    "boolean": "yes or no",
-    "enum": "one of the choices",
-    "multi_enum": "several of the choices, comma-separated",
-    "date_range": "date range (YYYY-MM-DD to YYYY-MM-DD)",
-    "date": "date (YYYY-MM-DD)",
-    "time": "time (HH:MM)",
-    "date-time": "date and time with a zone (e.g. 2026-01-02T14:30:00Z)",
-    "email": "email address",
-    "uri": "URL (e.g. https://example.com/page)",
-}
 # Skin tones and the emoji variation selector ride along with 👍/👎 reactions.
 _EMOJI_NOISE = re.compile("[\U0001F3FB-\U0001F3FF\ufe0f]")
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+# A reply fallback's first line quotes the replied-to sender: "> <@alice:example.org> …" (or "> * <@…" for
+# an emote). A person's own answer that starts with ">" is not one.
+_FALLBACK_LINE = _re.compile(r"> \*? ?<[@!][^>\s]+> ")
 
 
 def _html_lines(text: str) -> str:
@@ -62,63 +38,23 @@ def _html_lines(text: str) -> str:
 # -- the field table --------------------------------------------------------------
 
 
-def type_words(spec: FieldSpec) -> str:
-    return _TYPE_WORDS.get(spec.widget, spec.widget)
-
-
-def bounds_words(spec: FieldSpec) -> str:
-    """Limits on a value in words ("1 to 65535", "at most 20 characters"), or ""."""
-    parts: list[str] = []
-    if spec.widget in ("integer", "number"):
-        if spec.minimum is not None and spec.maximum is not None:
-            parts.append(f"{_number(spec.minimum)} to {_number(spec.maximum)}")
-        elif spec.minimum is not None:
-            parts.append(f"at least {_number(spec.minimum)}")
-        elif spec.maximum is not None:
-            parts.append(f"at most {_number(spec.maximum)}")
-        if spec.exclusive_minimum is not None:
-            parts.append(f"greater than {_number(spec.exclusive_minimum)}")
-        if spec.exclusive_maximum is not None:
-            parts.append(f"less than {_number(spec.exclusive_maximum)}")
-        if spec.multiple_of is not None:
-            parts.append(f"a multiple of {_number(spec.multiple_of)}")
-    elif spec.widget in ("text", "textarea", "password"):
-        low, high = spec.min_length, spec.max_length
-        if low is not None and high is not None:
-            parts.append(f"exactly {low} characters" if low == high else f"{low} to {high} characters")
-        elif low is not None:
-            parts.append(f"at least {low} characters")
-        elif high is not None:
-            parts.append(f"at most {high} characters")
-        if spec.pattern:
-            parts.append(f"matching {spec.pattern}")
-    elif spec.widget == "multi_enum":
-        low, high = spec.min_items, spec.max_items
-        if low and high:
-            parts.append(f"choose {low}" if low == high else f"choose {low} to {high}")
-        elif low:
-            parts.append(f"choose at least {low}")
-        elif high:
-            parts.append(f"choose at most {high}")
-    return "; ".join(parts)
-
-
 def field_rows(schema: dict[str, Any] | None) -> list[dict[str, str]]:
     """One row per field of an object form: what the card's table (and its plain twin) shows."""
     return [{
         "name": spec.name,
         "title": spec.title,
         "description": spec.description,
-        "type": type_words(spec),
-        "choices": ", ".join(spec.choices),
-        "bounds": bounds_words(spec),
+        # The core's words for a field (type, choices, bounds): the same in every channel.
+        "what": describe_field(spec),
         "required": "required" if spec.required else "optional",
     } for spec in fields(schema)]
 
 
 def is_form(request: RequestView) -> bool:
-    """An object form answered with ``field: value`` lines (an approval is answered in one line)."""
-    return isinstance(request.schema, dict) and request.schema.get("type") == "object" and request.kind != "approval"
+    """An object form answered with ``field: value`` lines (an approval is answered in one line); a form
+    with a masked field is answered only in the hosted form, never in chat."""
+    return (isinstance(request.schema, dict) and request.schema.get("type") == "object"
+            and request.kind != "approval" and not wording.form_only(request))
 
 
 def takes_reactions(request: RequestView) -> bool:
@@ -129,6 +65,8 @@ def takes_reactions(request: RequestView) -> bool:
 
 def how_to_answer(request: RequestView) -> str:
     """The one line that says how to answer in the room."""
+    if wording.form_only(request):
+        return "This question holds a secret field, so it is answered only in the form; replies here are removed."
     if request.kind == "approval":
         return ('To answer, reply approve or reject (a reason may follow, e.g. "reject: too risky"), '
                 f"or react {THUMBS_UP} to approve or {THUMBS_DOWN} to reject.")
@@ -148,21 +86,34 @@ def how_to_answer(request: RequestView) -> str:
 
 
 def _message(body: str, formatted: str, **extra: Any) -> dict[str, Any]:
-    # m.notice: other bots do not answer notices. Empty m.mentions: text that an
-    # agent wrote (an "@room" in a question) must not ping anyone.
+    # m.notice: other bots do not answer notices, and default push rules keep them quiet. Empty
+    # m.mentions: text that an agent wrote (an "@room" in a question) must not ping anyone.
     return {"msgtype": "m.notice", "body": body, "format": HTML_FORMAT, "formatted_body": formatted,
             "m.mentions": {}, **extra}
 
 
-def card_content(request: RequestView, *, link_url: str) -> dict[str, Any]:
-    """The ``m.room.message`` content that asks the question."""
-    body, formatted = _card_parts(request, link_url=link_url)
-    return _message(body, formatted)
+def notify(content: dict[str, Any], people: list[str]) -> dict[str, Any]:
+    """Make ``content`` reach ``people``: an ``m.text`` (default push rules silence ``m.notice``) that
+    mentions them (intentional mentions: only these ids, never what the question's text says)."""
+    if not people:
+        return {**content, "msgtype": "m.text"}
+    names = ", ".join(people)
+    links = ", ".join(f'<a href="https://matrix.to/#/{html.escape(p, quote=True)}">{html.escape(p)}</a>'
+                      for p in people)
+    return {**content, "msgtype": "m.text", "body": f"{content['body']}\nFor: {names}",
+            "formatted_body": f"{content['formatted_body']}<p>For: {links}</p>", "m.mentions": {"user_ids": people}}
 
 
-def _card_parts(request: RequestView, *, link_url: str) -> tuple[str, str]:
+def card_content(request: RequestView, *, link_url: str, people: list[str] | None = None,
+                 tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
+    """The ``m.room.message`` content that asks the question, notifying the people who may answer."""
+    body, formatted = _card_parts(request, link_url=link_url, tz=tz)
+    return notify(_message(body, formatted), people or [])
+
+
+def _card_parts(request: RequestView, *, link_url: str, tz: dt.tzinfo = dt.UTC) -> tuple[str, str]:
     link_html = f'<a href="{html.escape(link_url, quote=True)}">fill the form</a>'
-    deadline = f"Answer by {_when(request.expires_at)}."
+    deadline = wording.deadline(request, tz)
     if request.sensitive:
         # The question may itself reveal what is asked: only the form shows it.
         text = ("🔒 A sensitive request is waiting for an answer.\n"
@@ -179,11 +130,7 @@ def _card_parts(request: RequestView, *, link_url: str) -> tuple[str, str]:
         lines.append(f"Fields ({REQUIRED_MARK} = required):")
         for row in rows:
             mark = REQUIRED_MARK if row["required"] == "required" else " "
-            line = f"{mark} {row['title']} ({row['name']}): {row['type']}"
-            if row["choices"]:
-                line += f"; choices: {row['choices']}"
-            if row["bounds"]:
-                line += f"; {row['bounds']}"
+            line = f"{mark} {row['title']} ({row['name']}): {row['what']}"
             if row["description"]:
                 line += f" — {row['description']}"
             lines.append(line)
@@ -201,15 +148,13 @@ def _card_parts(request: RequestView, *, link_url: str) -> tuple[str, str]:
 
 
 def _table_html(rows: Iterable[dict[str, str]]) -> str:
-    out = ["<table><thead><tr><th>Field</th><th>Type</th><th>Choices</th><th>Bounds</th><th>Required</th>"
-           "</tr></thead><tbody>"]
+    out = ["<table><thead><tr><th>Field</th><th>What to enter</th><th>Required</th></tr></thead><tbody>"]
     for row in rows:
         name = f"<b>{html.escape(row['title'])}</b> (<code>{html.escape(row['name'])}</code>)"
         if row["description"]:
             name += f"<br><i>{html.escape(row['description'])}</i>"
         required = f"{REQUIRED_MARK} required" if row["required"] == "required" else "optional"
-        out.append(f"<tr><td>{name}</td><td>{html.escape(row['type'])}</td><td>{html.escape(row['choices'])}</td>"
-                   f"<td>{html.escape(row['bounds'])}</td><td>{required}</td></tr>")
+        out.append(f"<tr><td>{name}</td><td>{html.escape(row['what'])}</td><td>{required}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -231,33 +176,28 @@ def describe_principal(principal: str | None) -> str:
 
 
 def outcome_text(request: RequestView) -> str:
-    when = _when(request.resolved_at)
-    if request.status == "answered":
-        if (request.resolved_by or "").startswith("link:"):
-            return f"✅ Answered through the web form, {when}."
-        # The shared wording ("Answered by … via …"), with Matrix's names for principals.
-        return f"✅ {shared_outcome_text(request, who=describe_principal(request.resolved_by))}, {when}."
-    if request.status == "expired":
-        return f"⌛ Expired: no answer came in time ({when})."
-    if request.status == "cancelled":
-        return f"✖️ Cancelled ({when})."
-    return "Still waiting for an answer."
+    """The core's outcome (Approved / Rejected with the reason, the answer under field titles)."""
+    return wording.outcome(request).plain()
 
 
-def reminder_text(request: RequestView) -> str:
-    return f"⏰ Reminder: this request is still waiting for an answer (answer by {_when(request.expires_at)})."
+def reminder_text(request: RequestView, *, now: float, tz: dt.tzinfo = dt.UTC) -> str:
+    return f"{wording.ICONS['reminder']} {wording.reminder(request, now=now, tz=tz)}"
 
 
 def outcome_content(request: RequestView, *, card_event_id: str) -> dict[str, Any]:
     """An ``m.replace`` edit of the card: the question stays, the table and link go, the outcome shows."""
-    outcome = outcome_text(request)
+    outcome = wording.outcome(request)
+    shown = outcome.plain()
+    outcome_html = f"<p><b>{html.escape(f'{outcome.icon} {outcome.headline}')}</b></p>"
+    if outcome.lines:
+        outcome_html += "<ul>" + "".join(f"<li><b>{html.escape(title)}</b>: {html.escape(value)}</li>"
+                                         for title, value in outcome.lines) + "</ul>"
     if request.sensitive:
-        body = f"🔒 A sensitive request.\n{outcome}"
-        formatted = f"<p>🔒 <b>A sensitive request.</b></p><p>{html.escape(outcome)}</p>"
+        body = f"🔒 A sensitive request.\n{shown}"
+        formatted = f"<p>🔒 <b>A sensitive request.</b></p>{outcome_html}"
     else:
-        body = f"❓ Question\n{request.message_for_user}\n\n{outcome}"
-        formatted = (f"<p><b>❓ Question</b></p><p>{_html_lines(request.message_for_user)}</p>"
-                     f"<p><b>{html.escape(outcome)}</b></p>")
+        body = f"❓ Question\n{request.message_for_user}\n\n{shown}"
+        formatted = (f"<p><b>❓ Question</b></p><p>{_html_lines(request.message_for_user)}</p>{outcome_html}")
     new = _message(body, formatted)
     edit = _message(f"* {body}", formatted)
     edit["m.new_content"] = new
@@ -325,7 +265,7 @@ class _HtmlText(HTMLParser):
 def strip_reply_fallback(body: str) -> str:
     """Drop the ``> <@user> …`` quote a replying client puts before the answer."""
     lines = body.split("\n")
-    if not lines or not lines[0].startswith(">"):
+    if not lines or not _FALLBACK_LINE.match(lines[0]):
         return body
     while lines and lines[0].startswith(">"):
         lines.pop(0)

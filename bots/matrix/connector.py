@@ -39,10 +39,12 @@ from handraise.bots.matrix.cards import (
     outcome_content,
     reaction_content,
     reaction_vote,
+    notify,
     reminder_text,
     takes_reactions,
     thread_notice,
 )
+from handraise.core import wording
 from handraise.bots.matrix.settings import MatrixSettings
 from handraise.core.api import RequestView
 from handraise.core.connectors import AnswerOutcome, Connector, invalid_answer_text
@@ -145,6 +147,10 @@ class MatrixConnector(Connector):
         self._state_key = key if len(key) <= 200 else "next_batch:" + hashlib.sha256(key.encode()).hexdigest()
 
     # -- routing ------------------------------------------------------------------
+
+    def _tz(self, tenant_id: str) -> Any:
+        tenant = self.app_settings.tenant(tenant_id)
+        return wording.zone(tenant.timezone if tenant is not None else None)
 
     def targets(self, tenant_id: str) -> list[str]:
         tenant = self.settings.tenants.get(tenant_id)
@@ -350,7 +356,10 @@ class MatrixConnector(Connector):
         # A fixed transaction id per (request, room): a retry after a lost
         # response gets the same event back instead of a second card.
         txn = f"handraise.card.{request.id}.{hashlib.sha256(target.encode()).hexdigest()[:12]}"
-        event_id = await self._send(target, "m.room.message", card_content(request, link_url=link.url),
+        tenant = self.settings.tenants.get(request.tenant_id)
+        content = card_content(request, link_url=link.url, people=list(tenant.allowed_users) if tenant else [],
+                               tz=self._tz(request.tenant_id))
+        event_id = await self._send(target, "m.room.message", content,
                                     what=f"post a card to {target}", txn_id=txn)
         await self.service.remember_message(channel=self.name, message_key=message_key(target, event_id),
                                             tenant_id=request.tenant_id, request_id=request.id)
@@ -372,7 +381,10 @@ class MatrixConnector(Connector):
             await self.deliver(request, target=target)
             return
         await self._ensure_connected()
-        content = thread_notice([reminder_text(request)], card_event_id=card_id, reply_to=card_id, mention=None)
+        tenant = self.settings.tenants.get(request.tenant_id)
+        text = reminder_text(request, now=self.service.clock(), tz=self._tz(request.tenant_id))
+        content = notify(thread_notice([text], card_event_id=card_id, reply_to=card_id, mention=None),
+                         list(tenant.allowed_users) if tenant else [])
         await self._send(room_id, "m.room.message", content, what=f"remind in {room_id}")
 
     # -- the sync loop --------------------------------------------------------------
@@ -580,7 +592,7 @@ class MatrixConnector(Connector):
             content = thread_notice(list(lines), card_event_id=card_id, reply_to=event_id, mention=sender)
             await self._send(room_id, "m.room.message", content, what=f"reply in {room_id}")
 
-        if view.sensitive:
+        if wording.form_only(view):  # sensitive, or a form with a secret field: never taken in chat
             await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
             return
         if not reaction and not view.terminal and redact(text) != text:

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from handraise.core.api import RequestView, iso
+from handraise.core import wording
+from handraise.core.api import RequestView
 from handraise.core.schema import FieldSpec, coerce_field, describe_field, fields
 
 # Every interactive element of ours has an action_id with this prefix, so one Bolt listener routes them.
@@ -16,7 +17,6 @@ ACTION_PREFIX = "hr_"
 ACTIONS_BLOCK = "hr_actions"
 # The rating buttons of an answered request's message (RFC 0056 annotations of its run).
 RATING_BLOCK = "hr_rating"
-RATE_PROMPT = "Rate this run (1 = poor, 5 = great):"
 LINK_ACTION = "hr_link"
 MODAL_CALLBACK = "hr_modal"
 # The block of a primitive (or free-text) answer; object fields use their own names.
@@ -44,10 +44,6 @@ _CHECKBOXES_MAX = 10
 _SELECT_MAX = 100
 _ERROR_TEXT = 500
 
-NOT_AUTHORIZED = "You are not authorized to answer this request."
-USE_THE_FORM = "This request is answered only through its form: use “Open form” on the message."
-INVALID_BUTTON = "This button is no longer valid."
-
 _MISSING = object()
 
 
@@ -67,7 +63,7 @@ def answer_intent(value: Any) -> dict[str, Any]:
 
 def form_only(view: RequestView) -> bool:
     """Sensitive requests, and forms with masked input Slack cannot mask, are answered only in the web form."""
-    return view.sensitive or any(spec.masked for spec in fields(view.schema, sensitive=view.sensitive))
+    return wording.form_only(view)
 
 
 def quick_spec(view: RequestView) -> FieldSpec | None:
@@ -115,7 +111,7 @@ def _confirm_reject() -> dict[str, Any]:
 # --------------------------------------------------------------------------- message
 
 
-def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *, now: float
+def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *, tz: dt.tzinfo = dt.UTC
                     ) -> tuple[str, list[dict[str, Any]]]:
     """The fallback text and blocks of a pending request's message; ``buttons`` pairs plans with tokens."""
     blocks: list[dict[str, Any]] = [_question_section(view)]
@@ -125,33 +121,33 @@ def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *,
             "block_id": ACTIONS_BLOCK,
             "elements": [_button(index, plan, token) for index, (plan, token) in enumerate(buttons)],
         })
-    blocks.append(_deadline_context(view, now=now))
+    blocks.append(_deadline_context(view, tz=tz))
     return _fallback_text(view), blocks
 
 
-def outcome_content(view: RequestView, *, rating_tokens: list[str] | None = None
+def outcome_content(view: RequestView, outcome: wording.Outcome, *, rating_tokens: list[str] | None = None
                     ) -> tuple[str, list[dict[str, Any]]]:
     """A terminal request's message: the question and its outcome; no answer buttons, but the rating
     buttons 1..5 when ``rating_tokens`` (one per rating, in order) are given."""
-    outcome = outcome_text(view)
-    blocks = [_question_section(view), {"type": "context", "elements": [_mrkdwn(outcome)]}]
+    blocks = [_question_section(view), {"type": "context", "elements": [_mrkdwn(outcome_text(outcome))]}]
     if rating_tokens:
-        blocks.append({"type": "context", "elements": [_mrkdwn(RATE_PROMPT)]})
+        blocks.append({"type": "context", "elements": [_mrkdwn(wording.text("rate_prompt"))]})
         blocks.append({
             "type": "actions",
             "block_id": RATING_BLOCK,
             "elements": [{"type": "button", "action_id": f"{ACTION_PREFIX}rate_{n}", "text": _plain(str(n)),
                           "value": token} for n, token in enumerate(rating_tokens, start=1)],
         })
-    return outcome, blocks
+    # The notification text: the headline only (the answer shows in the blocks).
+    return f"{outcome.icon} {outcome.headline}", blocks
 
 
-def reminder_text(view: RequestView, *, now: float) -> str:
-    return f"⏰ Still waiting for an answer: {_duration(view.expires_at - now)} left."
+def reminder_text(view: RequestView, *, now: float, tz: dt.tzinfo = dt.UTC) -> str:
+    return f"{wording.ICONS['reminder']} {wording.reminder(view, now=now, tz=tz)}"
 
 
 def form_link_content(url: str) -> tuple[str, list[dict[str, Any]]]:
-    text = "Your own one-time link to the form: it works once, and only until the request is resolved."
+    text = wording.text("link")
     blocks = [{
         "type": "section",
         "text": _mrkdwn(text),
@@ -161,58 +157,11 @@ def form_link_content(url: str) -> tuple[str, list[dict[str, Any]]]:
     return text, blocks
 
 
-def outcome_text(view: RequestView) -> str:
-    if view.status == "answered":
-        who = _who(view)
-        response = view.response
-        # A sensitive request's outcome never hints at its answer.
-        if not view.sensitive and response is not None:
-            if view.kind == "approval" and isinstance(response, dict):
-                if response.get("decision") == "approve":
-                    return f"✅ Approved {who}"
-                if response.get("decision") == "reject":
-                    return f"❌ Rejected {who}"
-            short = _short_answer(view)
-            if short is not None:
-                return f"✅ Answered {who}: *{short}*"
-        return f"✅ Answered {who}"
-    if view.status == "expired":
-        return "⌛ Expired: no answer was given in time."
-    if view.status == "cancelled":
-        return "🚫 Cancelled."
-    return "Pending."
-
-
-def gone_text(status: str) -> str:
-    return {
-        "answered": "This request was already answered.",
-        "expired": "This request has expired.",
-        "cancelled": "This request was cancelled.",
-    }.get(status, "This request is closed.")
-
-
-_CHANNEL_NAMES = {"web": "the web form", "api": "the API", "telegram": "Telegram", "matrix": "Matrix",
-                  "webhooks": "a webhook"}
-
-
-def _who(view: RequestView) -> str:
-    by = view.resolved_by or ""
-    if by.startswith("slack:") and "/" in by:
-        return f"by <@{by.rsplit('/', 1)[1]}>"
-    via = view.resolved_via or ""
-    return f"via {_CHANNEL_NAMES.get(via, _escape(via) or 'another channel')}"
-
-
-def _short_answer(view: RequestView) -> str | None:
-    """The answer in words when it is one tap's worth (a boolean or a choice)."""
-    if view.schema is None or view.schema.get("type") == "object":
-        return None
-    spec = fields(view.schema)[0]
-    if spec.widget == "boolean" and isinstance(view.response, bool):
-        return "Yes" if view.response else "No"
-    if spec.widget == "enum" and isinstance(view.response, str):
-        return _mrkdwn_clip(view.response, 200)
-    return None
+def outcome_text(outcome: wording.Outcome) -> str:
+    """The outcome in mrkdwn: the emoji and headline in bold (the name is a mention), then the answer."""
+    lines = [f"{outcome.icon} *{outcome.headline}*"]
+    lines += [f"{_escape(title)}: *{_mrkdwn_clip(value, 200)}*" for title, value in outcome.lines]
+    return "\n".join(lines)
 
 
 def _question_section(view: RequestView) -> dict[str, Any]:
@@ -232,12 +181,12 @@ def _fallback_text(view: RequestView) -> str:
     return _mrkdwn_clip(" ".join(view.message_for_user.split()), 150)
 
 
-def _deadline_context(view: RequestView, *, now: float) -> dict[str, Any]:
+def _deadline_context(view: RequestView, *, tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
     expires = int(view.expires_at)
-    # Slack renders <!date^…> in the reader's own time zone; the part after | is the fallback.
-    when = f"<!date^{expires}^{{date_short_pretty}} at {{time}}|{iso(view.expires_at)}>"
-    return {"type": "context",
-            "elements": [_mrkdwn(f"⏳ {_duration(view.expires_at - now)} left to answer (until {when})")]}
+    # Slack renders <!date^…> in the reader's own time zone; the part after | is the fallback, in the
+    # tenant's. No "N min left": a posted message would freeze it there.
+    when = f"<!date^{expires}^{{date_short_pretty}} at {{time}}|{wording.when(view.expires_at, tz)}>"
+    return {"type": "context", "elements": [_mrkdwn(f"{wording.ICONS['pending']} Answer by {when}")]}
 
 
 def _button(index: int, plan: ButtonPlan, token: str) -> dict[str, Any]:
@@ -251,27 +200,13 @@ def _button(index: int, plan: ButtonPlan, token: str) -> dict[str, Any]:
     return element
 
 
-def _duration(seconds: float) -> str:
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    minutes = s // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
-
-
 # --------------------------------------------------------------------------- modal
 
 
-def modal_view(view: RequestView, *, private_metadata: str, now: float) -> dict[str, Any]:
+def modal_view(view: RequestView, *, private_metadata: str, tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
     """The modal for a request: one input block per field, block ids named after the fields."""
     approval = view.kind == "approval"
-    blocks: list[dict[str, Any]] = [_question_section(view), _deadline_context(view, now=now)]
+    blocks: list[dict[str, Any]] = [_question_section(view), _deadline_context(view, tz=tz)]
     for spec in fields(view.schema, sensitive=view.sensitive):
         blocks.extend(_input_blocks(spec, approval=approval))
     return {

@@ -26,16 +26,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from handraise.bots.slack.blocks import (
     ACTION_PREFIX,
     FORM_INTENT,
-    INVALID_BUTTON,
     LINK_ACTION,
     MODAL_CALLBACK,
     MODAL_INTENT,
-    NOT_AUTHORIZED,
-    USE_THE_FORM,
     block_errors,
     form_link_content,
-    form_only,
-    gone_text,
     message_content,
     modal_view,
     notice_view,
@@ -45,17 +40,11 @@ from handraise.bots.slack.blocks import (
     reminder_text,
 )
 from handraise.bots.slack.settings import SlackSettings
+from handraise.core import wording
 from handraise.core.api import RequestView
-from handraise.core.connectors import Connector, rating_value
-from handraise.core.errors import (
-    AlreadyAnsweredError,
-    ConfigError,
-    ConnectorError,
-    GoneError,
-    InvalidAnswerError,
-    NotFoundError,
-)
-from handraise.core.schema import coerce_text
+from handraise.core.chat import ChatConnector, Sender
+from handraise.core.connectors import AnswerOutcome, rating_value
+from handraise.core.errors import ConnectorError, NotFoundError
 
 LEADER = "slack-socket"
 # How often a follower asks for the Socket Mode lock, and the leader checks it still holds it.
@@ -75,16 +64,13 @@ _PERMANENT = frozenset({
 _SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
 
 
-class SlackConnector(Connector):
+class SlackConnector(ChatConnector):
     name = "slack"
     settings_model = SlackSettings
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         settings: SlackSettings = self.settings
-        unknown = [t for t in settings.tenants if self.app_settings.tenant(t) is None]
-        if unknown:
-            raise ConfigError(f"slack.tenants: no such tenant: {', '.join(sorted(unknown))}")
         # The libraries log payloads (modal values, message text) at DEBUG and bad-signature bodies at
         # INFO; a human's answer must never reach a log, so they get a logger that stops at WARNING.
         self._lib_log = logging.getLogger(f"{self.log.name}.lib")
@@ -102,16 +88,6 @@ class SlackConnector(Connector):
         self.bolt.view(MODAL_CALLBACK)(self._on_view_submission)
         self.bolt.event("message")(self._on_message)
         self.bolt.error(self._on_error)
-
-    # -- routing -----------------------------------------------------------------
-
-    def targets(self, tenant_id: str) -> list[str]:
-        tenant = self.settings.tenants.get(tenant_id)
-        return [tenant.channel] if tenant is not None else []
-
-    def may_answer(self, tenant_id: str, user_id: str) -> bool:
-        tenant = self.settings.tenants.get(tenant_id)
-        return tenant is not None and user_id in tenant.allowed_user_ids
 
     def routes(self) -> list[web.AbstractRouteDef]:
         if self.settings.mode != "http":
@@ -149,7 +125,7 @@ class SlackConnector(Connector):
         plans = plan_buttons(request)
         tokens = await self.service.create_chat_actions(tenant_id=request.tenant_id, request_id=request.id,
                                                         channel=self.name, values=[p.intent for p in plans])
-        text, blocks = message_content(request, list(zip(plans, tokens)), now=self.service.clock())
+        text, blocks = message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id))
         posted = await self._call("chat.postMessage", self.client.chat_postMessage(
             channel=target, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
         channel, ts = str(posted["channel"]), str(posted["ts"])
@@ -163,7 +139,7 @@ class SlackConnector(Connector):
         if not channel or not ts:
             raise ConnectorError("slack withdraw: the delivery has no message reference", permanent=True)
         tokens = await self.rating_tokens(request) if self.offers_ratings(request) else None
-        text, blocks = outcome_content(request, rating_tokens=tokens)
+        text, blocks = outcome_content(request, await self.outcome_of(request), rating_tokens=tokens)
         await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
@@ -172,7 +148,8 @@ class SlackConnector(Connector):
         if not channel or not ts:
             return
         await self._call("chat.postMessage", self.client.chat_postMessage(
-            channel=channel, thread_ts=ts, text=reminder_text(request, now=self.service.clock())))
+            channel=channel, thread_ts=ts,
+            text=reminder_text(request, now=self.service.clock(), tz=self.timezone(request.tenant_id))))
 
     async def _call(self, what: str, call: Awaitable[Any]) -> Any:
         """One Web API call; the library's failure is wrapped once, with Slack's Retry-After."""
@@ -245,78 +222,56 @@ class SlackConnector(Connector):
         action = (body.get("actions") or [{}])[0]
         if action.get("action_id") == LINK_ACTION:
             return  # the URL button of a form link: the browser does the rest
-        user = _user_id(body)
+        sender = _sender(body)
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
         token = action.get("value")
         resolved = await self.service.resolve_chat_action(token=str(token or ""), channel=self.name)
         if resolved is None or not isinstance(resolved[2], dict):
-            await self._ephemeral(channel, user, INVALID_BUTTON)
+            await self._ephemeral(channel, sender.user_id, wording.text("button_invalid"))
             return
         tenant_id, request_id, intent = resolved
-        principal = _principal(body)
         rating = rating_value(intent)
         if rating is not None:
-            # Before the terminal check below: ratings are given once the request is answered.
-            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=user,
-                                      principal=principal, rating=rating)
-            await self._ephemeral(channel, user, outcome.message)
-            return
-        if not self.may_answer(tenant_id, user):
-            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
-            await self._ephemeral(channel, user, NOT_AUTHORIZED)
-            return
+            # Before the terminal check: ratings are given once the request is answered.
+            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
+                                      principal=sender.principal, rating=rating)
+        elif intent == FORM_INTENT:
+            # One link per person who asks: a link in the channel message would let any member answer.
+            outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                               recipient=sender.principal)
+        elif intent == MODAL_INTENT:
+            outcome = await self._open_modal(body, tenant_id, request_id, sender, token=str(token))
+        elif "answer" in intent:
+            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                                  value=intent["answer"])
+            if outcome.accepted:
+                return  # the dispatcher's withdraw edits the message to show who answered
+        else:
+            outcome = AnswerOutcome("button_invalid", wording.text("button_invalid"))
+        if outcome.url is not None:
+            text, blocks = form_link_content(outcome.url)
+            await self._ephemeral(channel, sender.user_id, text, blocks=blocks)
+        elif outcome.code != "modal":
+            await self._ephemeral(channel, sender.user_id, outcome.message)
+
+    async def _open_modal(self, body: dict[str, Any], tenant_id: str, request_id: str, sender: Sender, *,
+                          token: str) -> AnswerOutcome:
         try:
             request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
-            await self._ephemeral(channel, user, INVALID_BUTTON)
-            return
-        if request.terminal:
-            await self._ephemeral(channel, user, gone_text(request.status))
-        elif intent == FORM_INTENT:
-            await self._send_form_link(request, channel=channel, user=user, principal=principal)
-        elif form_only(request):
-            # Never a modal or a tap for a sensitive request, whatever token reaches us.
-            await self._ephemeral(channel, user, USE_THE_FORM)
-        elif intent == MODAL_INTENT:
-            try:
-                await self._call("views.open", self.client.views_open(
-                    trigger_id=body.get("trigger_id"),
-                    view=modal_view(request, private_metadata=str(token), now=self.service.clock())))
-            except ConnectorError as e:
-                # A trigger_id lives three seconds; a slow Slack or a rate limit can outlast it.
-                self.log.warning("slack modal not opened (%s)", e.message)
-                await self._ephemeral(channel, user, "Slack did not open the form; tap “Answer here” again.")
-        elif "answer" in intent:
-            await self._submit_tap(request, intent["answer"], principal=principal, channel=channel, user=user)
-        else:
-            await self._ephemeral(channel, user, INVALID_BUTTON)
-
-    async def _submit_tap(self, request: RequestView, answer: Any, *, principal: str, channel: str | None,
-                          user: str) -> None:
+            return AnswerOutcome("button_invalid", wording.text("button_invalid"))
+        refused = await self.gate(request, sender)
+        if refused is not None:
+            return refused
         try:
-            await self.service.submit(tenant_id=request.tenant_id, request_id=request.id, response=answer,
-                                      principal=principal, via=self.name)
-        except (AlreadyAnsweredError, GoneError):
-            current = await self.service.get(tenant_id=request.tenant_id, request_id=request.id,
-                                             with_deliveries=False)
-            await self._ephemeral(channel, user, gone_text(current.status))
-        except InvalidAnswerError as e:
-            await self._ephemeral(channel, user, _not_accepted(e))
-        # On success the dispatcher's withdraw edits the message to show who answered.
-
-    async def _send_form_link(self, request: RequestView, *, channel: str | None, user: str,
-                              principal: str) -> None:
-        # One link per person who asks: a link in the channel message would let any member answer.
-        try:
-            link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
-                                                principal="slack:bot", recipient=principal)
-        except (AlreadyAnsweredError, GoneError):
-            current = await self.service.get(tenant_id=request.tenant_id, request_id=request.id,
-                                             with_deliveries=False)
-            await self._ephemeral(channel, user, gone_text(current.status))
-            return
-        text, blocks = form_link_content(link.url)
-        await self._ephemeral(channel, user, text, blocks=blocks)
+            await self._call("views.open", self.client.views_open(
+                trigger_id=body.get("trigger_id"),
+                view=modal_view(request, private_metadata=token, tz=self.timezone(tenant_id))))
+        except ConnectorError as e:
+            # A trigger_id lives three seconds; a slow Slack or a rate limit can outlast it.
+            self.log.warning("slack modal not opened (%s)", e.message)
+            return AnswerOutcome("modal_failed", "Slack did not open the form; tap “Answer here” again.")
+        return AnswerOutcome("modal", "")
 
     async def _handle_submission(self, body: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
         """The ack for a modal submission: {} closes it, "errors" keeps it open, "update" says why not."""
@@ -325,29 +280,28 @@ class SlackConnector(Connector):
         if resolved is None or resolved[2] != MODAL_INTENT:
             return _notice("Not sent", "This form is no longer valid.")
         tenant_id, request_id, _ = resolved
-        user = _user_id(body)
-        principal = _principal(body)
-        if not self.may_answer(tenant_id, user):
-            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
-            return _notice("Not authorized", NOT_AUTHORIZED)
-        request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        if request.terminal:
-            return _notice("Closed", gone_text(request.status))
-        if form_only(request):
-            return _notice("Use the form", USE_THE_FORM)
-        answer = read_answer(request, (view.get("state") or {}).get("values") or {})
+        sender = _sender(body)
         try:
-            await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=answer,
-                                      principal=principal, via=self.name)
-        except InvalidAnswerError as e:
-            return {"response_action": "errors", "errors": block_errors(request, e.fields)}
-        except (AlreadyAnsweredError, GoneError):
-            current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            return _notice("Closed", gone_text(current.status))
-        return {}
+            request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return _notice("Not sent", "This form is no longer valid.")
+        refused = await self.gate(request, sender)
+        if refused is None:
+            answer = read_answer(request, (view.get("state") or {}).get("values") or {})
+            refused = await self.submit_value(request, sender, answer)
+        if refused.accepted:
+            return {}
+        if refused.code == "invalid":
+            return {"response_action": "errors", "errors": block_errors(request, list(refused.problems))}
+        title = {"not_authorized": "Not authorized", "use_the_form": "Use the form"}.get(refused.code, "Closed")
+        return _notice(title, refused.message)
 
     async def _handle_reply(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        """A reply in the thread of a request's message answers it as typed text (never a sensitive one)."""
+        """A reply in the thread of a request's message answers it as typed text, through the shared path.
+
+        Never an approval: Reject has a confirm on the buttons, and a remark in a thread must not
+        decide one. A bot token cannot delete a person's message, so a refused reply is only refused.
+        """
         thread_ts, ts = event.get("thread_ts"), event.get("ts")
         if event.get("subtype") or event.get("bot_id") or not thread_ts or thread_ts == ts:
             return
@@ -359,31 +313,12 @@ class SlackConnector(Connector):
             return
         tenant_id, request_id = found
         team = event.get("team") or body.get("team_id") or ""
-        principal = f"slack:{team}/{user}"
-        if not self.may_answer(tenant_id, user):
-            await self._journal_refused(tenant_id, request_id, principal, "not_allowed")
-            await self._ephemeral(channel, user, NOT_AUTHORIZED, thread_ts=thread_ts)
-            return
-        request = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        if form_only(request):
-            # The reply is not read, stored or logged. A bot token cannot delete a person's message in Slack.
-            await self._journal_refused(tenant_id, request_id, principal, "chat_reply_to_form_only_request")
-            await self._ephemeral(channel, user, "Replies are not accepted for this request and nothing was "
-                                  "recorded; please delete your reply and use “Open form” on the message.",
-                                  thread_ts=thread_ts)
-            return
-        if request.terminal:
-            await self._ephemeral(channel, user, gone_text(request.status), thread_ts=thread_ts)
-            return
-        answer = coerce_text(request.schema, _plain_text(str(event.get("text") or "")))
-        try:
-            await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=answer,
-                                      principal=principal, via=self.name)
-        except (AlreadyAnsweredError, GoneError):
-            current = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            await self._ephemeral(channel, user, gone_text(current.status), thread_ts=thread_ts)
-        except InvalidAnswerError as e:
-            await self._ephemeral(channel, user, _not_accepted(e), thread_ts=thread_ts)
+        sender = Sender(str(user), f"slack:{team}/{user}", f"<@{user}>")
+        outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                              text=_plain_text(str(event.get("text") or "")),
+                                              decides_approvals=False)
+        if not outcome.accepted and outcome.code != "not_found":
+            await self._ephemeral(channel, str(user), outcome.message, thread_ts=thread_ts)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -400,10 +335,6 @@ class SlackConnector(Connector):
             await self._call("chat.postEphemeral", self.client.chat_postEphemeral(**kwargs))
         except ConnectorError as e:
             self.log.warning("slack ephemeral message failed (%s)", e.message)
-
-    async def _journal_refused(self, tenant_id: str, request_id: str, principal: str, reason: str) -> None:
-        await self.service.journal(tenant_id=tenant_id, event="answer_refused", request_id=request_id,
-                                   principal=principal, channel=self.name, data={"reason": reason})
 
 
 def _connector_error(what: str, e: SlackApiError) -> ConnectorError:
@@ -440,20 +371,11 @@ async def _read_body(request: web.Request, *, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _user_id(body: dict[str, Any]) -> str:
-    return str((body.get("user") or {}).get("id") or "")
-
-
-def _principal(body: dict[str, Any]) -> str:
+def _sender(body: dict[str, Any]) -> Sender:
+    user = str((body.get("user") or {}).get("id") or "")
     team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or ""
-    return f"slack:{team}/{_user_id(body)}"
-
-
-def _not_accepted(error: InvalidAnswerError) -> str:
-    # Core's messages never quote the value, so they are safe to show in the channel.
-    details = error.fields
-    parts = [f"{d['field']}: {d['message']}" if d.get("field") else str(d.get("message")) for d in details]
-    return "That answer was not accepted: " + ("; ".join(parts) or error.message) + "."
+    # Slack shows <@U…> as the person's current name to each reader.
+    return Sender(user, f"slack:{team}/{user}", f"<@{user}>" if user else "")
 
 
 def _notice(title: str, text: str) -> dict[str, Any]:

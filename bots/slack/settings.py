@@ -5,17 +5,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from handraise.core.chat import RoutedSettings, TenantRoute
 
 # Slack ids: channels C/G (private)/D (DM), users U/W (Enterprise Grid). Posting to a user id lands in the DM.
 _CHANNEL_ID = r"^[CGDUW][A-Z0-9]{2,}$"
 _USER_ID = r"^[UW][A-Z0-9]{2,}$"
 
 
-class SlackTenantSettings(BaseModel):
+class SlackTenantSettings(TenantRoute):
     """Where one tenant's requests are posted and who may answer them."""
-
-    model_config = ConfigDict(extra="forbid")
 
     channel: str = Field(pattern=_CHANNEL_ID)
     allowed_user_ids: list[str] = Field(min_length=1)
@@ -28,9 +28,15 @@ class SlackTenantSettings(BaseModel):
             raise ValueError(f"not Slack user ids (U… or W…): {', '.join(bad)}")
         return value
 
+    def places(self) -> list[str]:
+        return [self.channel]
 
-class SlackSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    def people(self) -> list[str]:
+        return list(self.allowed_user_ids)
+
+
+class SlackSettings(RoutedSettings):
+    place_word = "channel"
 
     mode: Literal["http", "socket"] = "http"
     bot_token: SecretStr

@@ -128,12 +128,13 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         assert "<img" not in html_body and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in html_body
         table = TableRows()
         table.feed(html_body)
-        assert table.header == ["Field", "Type", "Choices", "Bounds", "Required"]
+        assert table.header == ["Field", "What to enter", "Required"]
         # Core stores the schema as canonical JSON (sorted keys), so rows come in name order.
+        # The words are core's describe_field, the same in every channel.
         assert sorted(table.rows) == sorted([
-            ["Port (port)", "whole number", "", "1 to 65535", "✱ required"],
-            ["Environment (env)", "one of the choices", "canary, stable", "", "✱ required"],
-            ["Note (note) Why <now>?", "text", "", "at most 20 characters", "optional"],
+            ["Port (port)", "integer from 1 to 65535", "✱ required"],
+            ["Environment (env)", "one of: canary, stable", "✱ required"],
+            ["Note (note) Why <now>?", "text, at most 20 characters", "optional"],
         ])
         assert "&lt;now&gt;" in html_body
         link = re.search(r'<a href="([^"]+)">fill the form</a>', html_body)
@@ -142,9 +143,9 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         # The plain body carries the same content for clients without HTML.
         body = content["body"]
         assert question in body
-        for line in ("✱ Port (port): whole number; 1 to 65535",
-                     "✱ Environment (env): one of the choices; choices: canary, stable",
-                     "Note (note): text; at most 20 characters — Why <now>?",
+        for line in ("✱ Port (port): integer from 1 to 65535",
+                     "✱ Environment (env): one of: canary, stable",
+                     "Note (note): text, at most 20 characters — Why <now>?",
                      'reply to this message with one "field: value" line per field'):
             assert line in body
         assert link.group(1) in body

@@ -158,7 +158,11 @@ def test_sensitive_card_holds_no_question() -> None:
     content = card_content(view(sensitive=True, message_for_user="Your bank PIN"), link_url="https://h/f/tok")
     assert "PIN" not in content["body"] and "PIN" not in content["formatted_body"]
     assert "https://h/f/tok" in content["body"] and 'href="https://h/f/tok"' in content["formatted_body"]
-    assert content["msgtype"] == "m.notice" and content["m.mentions"] == {}
+    # An m.text (m.notice is silenced by default push rules), mentioning no one unless asked to.
+    assert content["msgtype"] == "m.text" and content["m.mentions"] == {}
+    asked = card_content(view(sensitive=True, message_for_user="@room PIN"), link_url="https://h/f/tok",
+                         people=["@alice:example.org"])
+    assert asked["m.mentions"] == {"user_ids": ["@alice:example.org"]} and "@alice:example.org" in asked["body"]
 
 
 @pytest.mark.parametrize(("schema", "kind", "line"), [
@@ -189,7 +193,7 @@ def test_outcome_edit_replaces_the_card() -> None:
     answered = view(status="answered", resolved_by="link:lnk_1", resolved_via="web", resolved_at=1_700_000_100.0)
     edit = outcome_content(answered, card_event_id="$card")
     assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$card"}
-    assert "Answered through the web form" in edit["m.new_content"]["body"]
+    assert "Answered via the web form" in edit["m.new_content"]["body"]
     assert edit["body"].startswith("* ")
     by_matrix = view(status="answered", resolved_by="matrix:@alice:x", resolved_via="matrix",
                      resolved_at=1_700_000_100.0)
@@ -197,3 +201,25 @@ def test_outcome_edit_replaces_the_card() -> None:
     secret = outcome_content(view(status="expired", sensitive=True, message_for_user="PIN?",
                                   resolved_at=1_700_000_600.0), card_event_id="$c")
     assert "PIN" not in secret["m.new_content"]["body"] and "Expired" in secret["m.new_content"]["body"]
+
+
+def test_a_reply_of_ones_own_that_starts_with_a_quote_mark_is_kept() -> None:
+    reply = {"m.relates_to": {"m.in_reply_to": {"event_id": "$card"}}}
+    assert answer_text({**reply, "body": "> 5 ms is fine"}) == "> 5 ms is fine"
+    assert answer_text({**reply, "body": "> <@bot:h> Question\n\nyes"}) == "yes"
+
+
+def test_a_form_with_a_secret_field_is_answered_only_in_the_form() -> None:
+    schema = {"type": "object", "properties": {"user": {"type": "string"},
+                                               "password": {"type": "string", "format": "password"}}}
+    content = card_content(view(schema=schema, message_for_user="Log in"), link_url="https://h/f/tok")
+    assert "password: …" not in content["body"] and "secret text" not in content["body"]
+    assert "answered only in the form" in content["body"]
+
+
+def test_an_approval_outcome_says_the_decision_and_the_reason() -> None:
+    done = view(kind="approval", schema=APPROVAL_SCHEMA, status="answered",
+                response={"decision": "reject", "reason": "too risky"}, resolved_by="matrix:@alice:h",
+                resolved_via="matrix")
+    body = outcome_content(done, card_event_id="$card")["m.new_content"]["body"]
+    assert "❌ Rejected by @alice:h via Matrix" in body and "Reason: too risky" in body

@@ -248,7 +248,7 @@ async def ephemeral(fake: FakeSlack, user: str, count: int) -> str:
 async def test_slack_ratings_per_person_supersede_their_own(storage_url: str, fake: FakeSlack) -> None:
     async with slack(storage_url, fake, rating_buttons=True) as api:
         message = await answered(api, fake, "s-1", run_id="run-s1")
-        assert message["text"] == f"✅ Answered by <@{ALICE}>: *Yes*"
+        assert message["text"] == f"✅ Answered by <@{ALICE}> via Slack"
         assert list(buttons(message)) == RATING_LABELS
         assert any("Rate this run" in e.get("text", "") for b in message["blocks"] for e in b.get("elements", []))
 
@@ -305,5 +305,5 @@ async def test_slack_no_rating_buttons_without_run_or_answer_or_setting(tmp_path
 async def test_slack_no_rating_buttons_when_feedback_is_disabled(tmp_path: Path, fake: FakeSlack) -> None:
     async with slack(f"sqlite:///{tmp_path / 's.db'}", fake, feedback=False, rating_buttons=True) as api:
         message = await answered(api, fake, "s-6", run_id="run-s6")
-        assert message["text"] == f"✅ Answered by <@{ALICE}>: *Yes*"
+        assert message["text"] == f"✅ Answered by <@{ALICE}> via Slack"
         assert buttons(message) == {}

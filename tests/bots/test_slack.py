@@ -80,7 +80,7 @@ async def test_boolean_tap_answers_and_the_message_shows_who(storage_url: str, f
         # Button values are opaque tokens, never the request id.
         assert all(req["id"] not in b["value"] and len(b["value"]) <= 32 for b in shown.values())
         context = message["blocks"][-1]
-        assert context["type"] == "context" and "left to answer" in context["elements"][0]["text"]
+        assert context["type"] == "context" and "Answer by <!date^" in context["elements"][0]["text"]
 
         status, body = await post_signed(api, tap(fake, message, "Yes", user=ALICE))
         assert (status, body) == (200, "")
@@ -91,7 +91,7 @@ async def test_boolean_tap_answers_and_the_message_shows_who(storage_url: str, f
         update = await fake.wait_for_call("chat.update")
         assert update["ts"] == message["ts"]
         after = fake.message(message["channel"], message["ts"])
-        assert after["text"] == f"✅ Answered by <@{ALICE}>: *Yes*"
+        assert after["text"] == f"✅ Answered by <@{ALICE}> via Slack"
         assert buttons(after) == {}
         await api.app[DISPATCHER].idle()
         _, seen = await api.call("GET", f"/v1/requests/{req['id']}")
@@ -114,7 +114,7 @@ async def test_approval_buttons_reject_with_confirm(sqlite_url: str, fake: FakeS
         done = await api.wait(req["id"])
         assert done["response"] == {"decision": "reject"}
         await fake.wait_for_call("chat.update")
-        assert fake.message(message["channel"], message["ts"])["text"] == f"❌ Rejected by <@{BOB}>"
+        assert fake.message(message["channel"], message["ts"])["text"] == f"❌ Rejected by <@{BOB}> via Slack"
 
 
 async def test_enum_buttons_up_to_five_choices_else_answer_here(sqlite_url: str, fake: FakeSlack) -> None:
@@ -125,7 +125,8 @@ async def test_enum_buttons_up_to_five_choices_else_answer_here(sqlite_url: str,
         assert (await post_signed(api, tap(fake, message, "green", user=ALICE)))[0] == 200
         assert (await api.wait(few["id"]))["response"] == "green"
         await fake.wait_for_call("chat.update")
-        assert fake.message(message["channel"], message["ts"])["text"].endswith(": *green*")
+        updated = fake.message(message["channel"], message["ts"])
+        assert updated["blocks"][1]["elements"][0]["text"].endswith("Answer: *green*")
 
         many = await api.create(request_body("e2", schema={"type": "string", "enum": list("abcdef")}))
         second = (await wait_for_count(fake, "chat.postMessage", 2))[1]
@@ -262,7 +263,7 @@ async def test_modal_from_the_schema_errors_on_their_blocks_then_success(
         }
         assert done["answered_by"] == f"slack:{TEAM}/{ALICE}"
         await fake.wait_for_call("chat.update")
-        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Answered by <@{ALICE}>"
+        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Answered by <@{ALICE}> via Slack"
         # The invalid attempt is journaled with its messages, never its values.
         events = [e["event"] for e in await journal(api, req["id"])]
         assert events.count("invalid_attempt") == 1 and events.count("answered") == 1
@@ -294,7 +295,7 @@ async def test_approval_modal_takes_a_reason(sqlite_url: str, fake: FakeSlack) -
         done = await api.wait(req["id"])
         assert done["response"] == {"decision": "approve", "reason": "tests are green"}
         await fake.wait_for_call("chat.update")
-        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Approved by <@{BOB}>"
+        assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Approved by <@{BOB}> via Slack"
 
 
 async def test_free_text_modal(sqlite_url: str, fake: FakeSlack) -> None:
@@ -354,8 +355,8 @@ async def test_a_stranger_is_told_not_authorized_and_nothing_changes(sqlite_url:
                             (MALLORY, "Open form")):
             assert (await post_signed(api, tap(fake, message, label, user=user)))[0] == 200
         await wait_for_count(fake, "chat.postEphemeral", 4)
-        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."] * 3
-        assert ephemerals_for(fake, CAROL) == ["You are not authorized to answer this request."]
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this."] * 3
+        assert ephemerals_for(fake, CAROL) == ["You are not authorized to answer this."]
         assert not fake.calls_of("views.open")
         _, still = await api.call("GET", f"/v1/requests/{req['id']}")
         assert still["status"] == "pending"
@@ -371,10 +372,10 @@ async def test_taps_on_resolved_requests_say_answered_or_expired(sqlite_url: str
         message = await posted_message(fake, answered)
         assert (await api.submit("r1", False))[0] == 200
         await fake.wait_for_call("chat.update")
-        assert fake.message(message["channel"], message["ts"])["text"] == "✅ Answered via the API: *No*"
+        assert fake.message(message["channel"], message["ts"])["text"] == "✅ Answered by operator op-1 via the API"
         assert (await post_signed(api, tap(fake, message, "Yes", user=ALICE)))[0] == 200
         await wait_for_count(fake, "chat.postEphemeral", 1)
-        assert ephemerals_for(fake, ALICE) == ["This request was already answered."]
+        assert ephemerals_for(fake, ALICE) == ["This was already answered."]
 
         expiring = await api.create(request_body("r2", schema={"type": "boolean"}, timeout_seconds=1))
         await wait_for_count(fake, "chat.postMessage", 2)
@@ -387,7 +388,7 @@ async def test_taps_on_resolved_requests_say_answered_or_expired(sqlite_url: str
         assert after["text"].startswith("⌛ Expired") and buttons(after) == {}
         assert (await post_signed(api, tap(fake, second, "No", user=BOB)))[0] == 200
         await wait_for_count(fake, "chat.postEphemeral", 2)
-        assert ephemerals_for(fake, BOB) == ["This request has expired."]
+        assert ephemerals_for(fake, BOB) == ["This question expired."]
         _, final = await api.call("GET", f"/v1/requests/{expiring['id']}")
         assert final["status"] == "expired"
 
@@ -401,7 +402,7 @@ async def test_cancel_withdraws_the_buttons(storage_url: str, fake: FakeSlack) -
         update = await fake.wait_for_call("chat.update")
         assert update["channel"] == ACME_CHANNEL and update["ts"] == message["ts"]
         after = fake.message(message["channel"], message["ts"])
-        assert after["text"] == "🚫 Cancelled." and buttons(after) == {}
+        assert after["text"] == "🚫 Cancelled" and buttons(after) == {}
         assert "Deploy build 42" in after["blocks"][0]["text"]["text"]
 
 
@@ -432,7 +433,7 @@ async def test_racing_taps_and_a_form_submission_have_one_winner(storage_url: st
         await wait_for_count(fake, "chat.postEphemeral", losing_taps)
         await api.app[DISPATCHER].idle()
         assert len(fake.calls_of("chat.postEphemeral")) == losing_taps
-        assert all(e["text"] == "This request was already answered." for e in fake.ephemeral_messages)
+        assert all(e["text"] == "This was already answered." for e in fake.ephemeral_messages)
         events = [e["event"] for e in await journal(api, req["id"])]
         assert events.count("answered") == 1
         assert len(fake.calls_of("chat.update")) == 1
@@ -485,22 +486,24 @@ async def test_sensitive_request_shows_only_open_form_and_takes_no_modal_or_repl
                  "ts": f"{time.time():.6f}", "thread_ts": message["ts"]}
         assert (await post_event(api, reply, team_id=TEAM))[0] == 200
         calls = await wait_for_count(fake, "chat.postEphemeral", 4)
-        assert calls[-1]["thread_ts"] == message["ts"] and "not accepted" in calls[-1]["text"]
+        assert calls[-1]["thread_ts"] == message["ts"] and "only taken in the form" in calls[-1]["text"]
         _, still = await api.call("GET", f"/v1/requests/{req['id']}")
         assert still["status"] == "pending"
         entries = await journal(api, req["id"])
-        assert [e["data"]["reason"] for e in entries if e["event"] == "answer_refused"] == [
-            "chat_reply_to_form_only_request"]
+        assert [(e["data"]["reason"], e["data"]["removed"]) for e in entries
+                if e["event"] == "chat_reply_refused"] == [("sensitive", False)]  # Slack lets no bot delete it
         assert "123456" not in str(entries)
 
         # The form is the way in; the message then says so without the value.
         token = link_button["url"].rsplit("/", 1)[1]
         await service.submit_link(token=token, response="123456")
         done = await api.wait(req["id"])
-        assert done["answered_by"].startswith("link:") and done["response"] == "123456"
+        # The link was Alice's own: the answer is hers, through Slack.
+        assert done["answered_by"] == f"slack:{TEAM}/{ALICE}" and done["response"] == "123456"
+        assert done["answered_via"] == "slack"
         await fake.wait_for_call("chat.update")
         after = fake.message(message["channel"], message["ts"])
-        assert after["text"] == "✅ Answered via the web form" and "123456" not in str(after)
+        assert after["text"] == f"✅ Answered by <@{ALICE}> via Slack" and "123456" not in str(after)
     assert "123456" not in caplog.text
 
 
@@ -535,10 +538,10 @@ async def test_thread_replies_answer_as_typed_text(sqlite_url: str, fake: FakeSl
         assert (await post_event(api, reply_event(message, "11"), team_id=TEAM))[0] == 200
         calls = await wait_for_count(fake, "chat.postEphemeral", 1)
         assert calls[0]["user"] == ALICE and calls[0]["thread_ts"] == message["ts"]
-        assert calls[0]["text"] == "That answer was not accepted: must be at most 10."
+        assert calls[0]["text"] == "That answer is not valid:\n• must be at most 10"
         assert (await post_event(api, reply_event(message, "7", user=MALLORY), team_id=TEAM))[0] == 200
         await wait_for_count(fake, "chat.postEphemeral", 2)
-        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."]
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this."]
         # A message outside the thread is not an answer.
         assert (await post_event(api, reply_event(message, "3", thread=False), team_id=TEAM))[0] == 200
         assert (await post_event(api, reply_event(message, " 7 "), team_id=TEAM))[0] == 200
@@ -584,7 +587,7 @@ async def test_reminders_go_into_the_thread(sqlite_url: str, fake: FakeSlack) ->
         req = await api.create(request_body("rem", kind="approval"))
         message = await posted_message(fake, req)
         reminder = await fake.wait_for_call("chat.postMessage", lambda c: c.get("thread_ts") == message["ts"])
-        assert reminder.ok and reminder["text"].startswith("⏰ Still waiting for an answer")
+        assert reminder.ok and reminder["text"].startswith("⏰ Reminder: this question still needs an answer")
         assert "blocks" not in reminder.args
         await api.app[DISPATCHER].idle()
         assert [e["event"] for e in await journal(api, req["id"])].count("reminded") == 1
@@ -683,7 +686,7 @@ async def test_socket_mode_end_to_end(sqlite_url: str, fake: FakeSlack) -> None:
         message = fake.message(posted["channel"], posted["ts"]) | {"channel": posted["channel"]}
         await fake.socket_send_interactive(tap(fake, message, "Yes", user=MALLORY))
         await wait_for_count(fake, "chat.postEphemeral", 1)
-        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this request."]
+        assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this."]
         _, still = await api.call("GET", f"/v1/requests/{third['id']}")
         assert still["status"] == "pending"
     # Stopping the app closes its socket.
@@ -766,7 +769,47 @@ async def test_settings_defaults_and_unknown_tenants(fake: FakeSlack) -> None:
         assert connector.remind_after() == 600
         assert [r.path for r in connector.routes()] == ["/events"]
 
-        stray, stray_app = load(fake, tenants={"initech": {"channel": "C1ABC", "allowed_user_ids": ["U1ABC"]}})
-        with pytest.raises(ConfigError, match="no such tenant: initech"):
-            SlackConnector(settings=stray, service=None, http=http,  # type: ignore[arg-type]
-                           log=logging.getLogger("test"), app_settings=stray_app)
+        with pytest.raises(ConfigError, match="slack.tenants.initech: no tenant with this id"):
+            load(fake, tenants={"initech": {"channel": "C1ABC", "allowed_user_ids": ["U1ABC"]}})
+
+
+# -- issue 10: thread replies through the shared path; one channel, one tenant ------------------
+
+
+async def thread_reply(api: Any, fake: FakeSlack, message: dict[str, Any], text: str, *, user: str = ALICE) -> None:
+    reply = {"type": "message", "channel": ACME_CHANNEL, "user": user, "text": text, "team": TEAM,
+             "ts": f"{time.time():.6f}", "thread_ts": message["ts"]}
+    assert (await post_event(api, reply, team_id=TEAM))[0] == 200
+
+
+async def test_a_remark_in_an_approval_thread_decides_nothing(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("rm", kind="approval"))
+        message = await posted_message(fake, req)
+        for remark in ("ok, let me look at the graphs first", "no idea, asking @bob", "reject"):
+            await thread_reply(api, fake, message, remark)
+        calls = await wait_for_count(fake, "chat.postEphemeral", 3)
+        assert all("Approve or Reject buttons" in c["text"] for c in calls[-3:])
+        _, still = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert still["status"] == "pending"
+
+
+async def test_a_token_shaped_thread_reply_is_not_stored(sqlite_url: str, fake: FakeSlack) -> None:
+    secret = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("tok", message_for_user="Which repository?"))
+        message = await posted_message(fake, req)
+        await thread_reply(api, fake, message, f"use this: {secret}")
+        calls = await wait_for_count(fake, "chat.postEphemeral", 1)
+        assert "looked like a secret" in calls[-1]["text"]
+        _, still = await api.call("GET", f"/v1/requests/{req['id']}")
+        assert still["status"] == "pending"
+        entries = await journal(api, req["id"])
+        assert [e["data"]["reason"] for e in entries if e["event"] == "chat_reply_refused"] == ["secret_shaped"]
+        assert secret not in str(entries)
+
+
+def test_one_channel_cannot_serve_two_tenants(fake: FakeSlack) -> None:
+    with pytest.raises(ConfigError, match="channel C0ACME is configured for tenants acme and globex"):
+        load(fake, tenants={"acme": {"channel": ACME_CHANNEL, "allowed_user_ids": [ALICE]},
+                            "globex": {"channel": ACME_CHANNEL, "allowed_user_ids": [CAROL]}})

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import zoneinfo
+
 import pytest
 
+from handraise.core import wording
 from handraise.bots.slack.blocks import (
     FORM_INTENT,
     MODAL_INTENT,
@@ -15,6 +18,7 @@ from handraise.bots.slack.blocks import (
     modal_view,
     outcome_text,
     plan_buttons,
+    reminder_text,
     read_answer,
 )
 from handraise.core.api import RequestView
@@ -34,7 +38,7 @@ def request(schema: dict[str, Any] | None = None, *, kind: str = "input", sensit
 
 
 def inputs(view: RequestView) -> dict[str, dict[str, Any]]:
-    modal = modal_view(view, private_metadata="tok", now=CREATED)
+    modal = modal_view(view, private_metadata="tok")
     return {b["block_id"]: b for b in modal["blocks"] if b["type"] == "input"}
 
 
@@ -69,7 +73,7 @@ def test_button_intents_and_clipped_labels() -> None:
     plans = plan_buttons(request({"type": "string", "enum": [long_choice, "b"]}))
     assert plans[0].intent == {"answer": long_choice}
     text, blocks = message_content(request({"type": "string", "enum": [long_choice, "b"]}),
-                                   [(p, f"tok{i}") for i, p in enumerate(plans)], now=CREATED)
+                                   [(p, f"tok{i}") for i, p in enumerate(plans)])
     button = blocks[1]["elements"][0]
     assert len(button["text"]["text"]) == 75 and button["text"]["text"].endswith("…")
     assert [e["action_id"] for e in blocks[1]["elements"]] == ["hr_0", "hr_1", "hr_2"]
@@ -82,7 +86,7 @@ def test_button_intents_and_clipped_labels() -> None:
 
 def test_the_agents_text_cannot_ping_or_link() -> None:
     view = request(message="<!channel> deploy & tell <@U0BOSS> <https://evil.example|docs>")
-    text, blocks = message_content(view, [], now=CREATED)
+    text, blocks = message_content(view, [])
     shown = blocks[0]["text"]["text"]
     assert shown == "&lt;!channel&gt; deploy &amp; tell &lt;@U0BOSS&gt; &lt;https://evil.example|docs&gt;"
     assert "<" not in text and "<!channel>" not in text
@@ -90,17 +94,26 @@ def test_the_agents_text_cannot_ping_or_link() -> None:
 
 def test_long_text_is_clipped_to_slacks_limit_without_a_broken_entity() -> None:
     view = request(message="<>&" * 2500)
-    _, blocks = message_content(view, [], now=CREATED)
+    _, blocks = message_content(view, [])
     shown = blocks[0]["text"]["text"]
     assert len(shown) <= 3000 and shown.endswith("…")
     assert shown[:-1].endswith(("&lt;", "&gt;", "&amp;"))
 
 
-def test_deadline_context_shows_time_left_and_a_local_date() -> None:
-    _, blocks = message_content(request(), [], now=CREATED + 60)
+def test_deadline_context_shows_a_local_date_and_never_a_frozen_countdown() -> None:
+    # A "59 min left" posted once would stay 59 min forever: only the deadline, which Slack renders
+    # in each reader's zone, with the tenant's zone as the fallback.
+    _, blocks = message_content(request(), [], tz=zoneinfo.ZoneInfo("Europe/Berlin"))
     context = blocks[-1]["elements"][0]["text"]
-    assert context.startswith("⏳ 59 min left to answer")
+    assert "left" not in context
     assert f"<!date^{int(CREATED + 3600)}^{{date_short_pretty}} at {{time}}|" in context
+    assert context.endswith(" CET>") or context.endswith(" CEST>")
+
+
+def test_reminder_rounds_the_time_left_up() -> None:
+    view = request()
+    assert "2 min left" in reminder_text(view, now=view.expires_at - 61)
+    assert "1 min left" in reminder_text(view, now=view.expires_at - 60)
 
 
 # -- the modal ------------------------------------------------------------------------------------
@@ -207,19 +220,22 @@ def test_errors_land_on_their_blocks() -> None:
 
 @pytest.mark.parametrize(("view", "expected"), [
     (request(None, kind="approval", status="answered", response={"decision": "approve"},
-             resolved_by="slack:T1/U0ALICE", resolved_via="slack"), "✅ Approved by <@U0ALICE>"),
+             resolved_by="slack:T1/U0ALICE", resolved_via="slack"), "✅ *Approved by <@U0ALICE> via Slack*"),
+    (request(None, kind="approval", status="answered", response={"decision": "reject", "reason": "too <b>"},
+             resolved_by="slack:T1/U0ALICE", resolved_via="slack"),
+     "❌ *Rejected by <@U0ALICE> via Slack*\nReason: *too &lt;b&gt;*"),
     (request(None, kind="approval", sensitive=True, status="answered", response={"decision": "reject"},
-             resolved_by="slack:T1/U0ALICE", resolved_via="slack"), "✅ Answered by <@U0ALICE>"),
+             resolved_by="slack:T1/U0ALICE", resolved_via="slack"), "✅ *Answered by <@U0ALICE> via Slack*"),
     (request({"type": "boolean"}, status="answered", response=True, resolved_by="telegram:42",
-             resolved_via="telegram"), "✅ Answered via Telegram: *Yes*"),
+             resolved_via="telegram"), "✅ *Answered by Telegram user 42 via Telegram*\nAnswer: *yes*"),
     (request({"type": "string", "enum": ["<b>", "c"]}, status="answered", response="<b>",
-             resolved_by="operator:op-1", resolved_via="api"), "✅ Answered via the API: *&lt;b&gt;*"),
+             resolved_by="operator:op-1", resolved_via="api"),
+     "✅ *Answered by operator op-1 via the API*\nAnswer: *&lt;b&gt;*"),
     (request({"type": "boolean"}, status="answered", response=None, response_purged=True,
-             resolved_by="link:lnk_1", resolved_via="web"), "✅ Answered via the web form"),
-    (request(None, status="answered", response="free text", resolved_by="link:lnk_1", resolved_via="web"),
-     "✅ Answered via the web form"),
-    (request(None, kind="approval", status="expired"), "⌛ Expired: no answer was given in time."),
-    (request(None, status="cancelled"), "🚫 Cancelled."),
+             resolved_by="link:lnk_1", resolved_via="web"), "✅ *Answered via the web form*"),
+    (request(None, kind="approval", status="expired"), "⌛ *Expired*"),
+    (request(None, status="cancelled"), "🚫 *Cancelled*"),
 ])
 def test_outcomes(view: RequestView, expected: str) -> None:
-    assert outcome_text(view) == expected
+    who = "<@U0ALICE>" if (view.resolved_by or "").startswith("slack:") else None
+    assert outcome_text(wording.outcome(view, who=who)) == expected
