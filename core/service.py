@@ -38,7 +38,7 @@ from handraise.core.errors import (
     ValidationFailedError,
 )
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
-from handraise.core.schema import check_schema, validate_answer
+from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
 from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class RequestService:
                 f"message_for_user is longer than {limits.max_message_chars} characters",
                 fields=[{"field": "message_for_user", "message": f"at most {limits.max_message_chars} characters"}],
             )
-        effective = check_schema(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
+        effective = await check_schema_off_loop(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
                                  max_bytes=limits.max_schema_bytes)
         available = self.channels_for(tenant_id)
         tenant = self.settings.tenant(tenant_id)
@@ -272,7 +272,7 @@ class RequestService:
             raise NotFoundError("no such request")
         view = await self._settle(RequestView.from_row(row))
         _raise_if_terminal(view)
-        errors = validate_answer(view.schema, response)
+        errors = await validate_answer_off_loop(view.schema, response)
         if errors:
             async with self.store.transaction() as conn:
                 await self.store.append_journal(

@@ -3,7 +3,7 @@
 Every channel (hosted form, Telegram, Matrix, Slack) goes through this package, so a
 value typed in chat and a value posted from a form meet the same checks and messages.
 One module per concept: ``shapes`` (vocabulary and predicates), ``formats``,
-``subset`` (``check_schema``), ``validation`` (``validate_answer``), ``fields``
+``patterns`` (RE2), ``subset`` (``check_schema``), ``validation`` (``validate_answer``), ``fields``
 (``fields``, ``describe_field``) and ``chat`` (``coerce_text``, ``parse_field_lines``).
 
 Decisions worth knowing:
@@ -20,8 +20,11 @@ Decisions worth knowing:
 * Kinds: "input" (any schema in the subset, or none for free text),
   "approval" (always ``APPROVAL_SCHEMA``), "choice" (a string enum or boolean,
   answered with buttons).
-* Patterns must compile with Python ``re``, and the classic catastrophic shape
-  ``(a+)+`` is refused, since ``re`` has no timeout.
+* Patterns are matched by RE2 (``patterns``), in time linear in the answer; the
+  constructs RE2 lacks (backreferences, lookaround, atomic groups, possessive
+  repetitions) and over-complex patterns are refused at create with the reason.
+  A server checks long answers off the event loop (``validate_answer_off_loop``,
+  ``check_schema_off_loop``), so no answer, default or chat reply stalls it.
 * Coercion of chat text never raises: unreadable text stays text and the
   validator's message tells the human what is wrong.
 * ``parse_field_lines``: a line ``name: value`` starts a field when ``name``
@@ -43,8 +46,8 @@ from handraise.core.schema.shapes import (
     MAX_SCHEMA_BYTES,
     WIDGETS,
 )
-from handraise.core.schema.subset import check_schema
-from handraise.core.schema.validation import FieldError, validate_answer
+from handraise.core.schema.subset import check_schema, check_schema_off_loop
+from handraise.core.schema.validation import FieldError, validate_answer, validate_answer_off_loop
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -57,10 +60,12 @@ __all__ = [
     "FieldError",
     "FieldSpec",
     "check_schema",
+    "check_schema_off_loop",
     "coerce_field",
     "coerce_text",
     "describe_field",
     "fields",
     "parse_field_lines",
     "validate_answer",
+    "validate_answer_off_loop",
 ]

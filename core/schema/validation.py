@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from handraise.core.schema.formats import FORMAT_CHECKER
+from handraise.core.schema.patterns import PatternError, pattern_cost, pattern_search
 from handraise.core.schema.shapes import is_approval, is_date_range
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
+
+# Past this many RE2 steps (a few milliseconds) an answer is checked in a worker thread:
+# RE2 releases the GIL while it matches, so the event loop keeps serving everyone else.
+OFF_LOOP_STEPS = 2_000_000
 
 # --------------------------------------------------------------------------- errors
 
@@ -46,8 +53,61 @@ def validate_answer(schema: dict | None, value: object) -> list[FieldError]:
         return [FieldError("", "is nested too deeply")]
 
 
+async def validate_answer_off_loop(schema: dict | None, value: object) -> list[FieldError]:
+    """``validate_answer`` for a server: an answer whose patterns would take noticeable time is checked off the loop."""
+    if schema is not None and match_steps(schema, value) > OFF_LOOP_STEPS:
+        return await asyncio.to_thread(validate_answer, schema, value)
+    return validate_answer(schema, value)
+
+
+def match_steps(schema: dict, value: object) -> int:
+    """A bound on the RE2 work of checking ``value``: the largest pattern's program times the text's length."""
+    patterns = [node["pattern"] for node in _nodes(schema) if isinstance(node.get("pattern"), str)]
+    if not patterns:
+        return 0
+    return max(pattern_cost(p, _text_length(value)) for p in patterns)
+
+
+def _nodes(schema: dict) -> Iterator[dict]:
+    yield schema
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        yield from (node for node in properties.values() if isinstance(node, dict))
+
+
+def _text_length(value: object) -> int:
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
+def _pattern(validator: Any, pattern: str, instance: object, schema: dict) -> Iterator[ValidationError]:
+    # jsonschema's own "pattern" runs Python's re, which backtracks; this one runs RE2.
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        matched = pattern_search(pattern, instance)
+    except PatternError:
+        # Only a schema stored before patterns were checked for RE2 gets here: refuse, never skip.
+        yield ValidationError("cannot be checked against this question's pattern", validator="pattern_unsupported")
+        return
+    if not matched:
+        yield ValidationError(f"does not match the pattern {pattern}")
+
+
+# Draft 2020-12 with RE2 patterns and our formats: every answer, default and chat reply goes through it.
+AnswerValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+
+
 def schema_errors(schema: dict, value: object) -> list[FieldError]:
-    validator = Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
+    validator = AnswerValidator(schema, format_checker=FORMAT_CHECKER)
     found: list[tuple[tuple[int, str], FieldError, bool]] = []
     non_finite: set[str] = set()
     # jsonschema's multipleOf cannot take NaN; such a value is reported here
@@ -199,6 +259,8 @@ def _message(error: ValidationError, root: dict) -> str:
         return f"must be at most {plural(expected, 'character')}"
     if keyword == "pattern":
         return f"must match the pattern {expected}"
+    if keyword == "pattern_unsupported":
+        return error.message
     if keyword == "format":
         return _FORMAT_MESSAGES.get(expected, f"is not a valid {expected}")
     if keyword == "minimum":
