@@ -201,3 +201,66 @@ class MintedLink:
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "expires_at": iso(self.expires_at)}
+
+
+# -- public shapes, as a caller reads them -----------------------------------------------------
+# One definition for the Python client (``handraise.client``), the MCP tools and the OpenAPI
+# document's ``Request`` schema. Unknown fields are kept, not refused: a newer server may add some.
+
+
+class DeliveryRecord(BaseModel):
+    """One delivery of a request to a channel target, as ``GET /v1/requests/{id}`` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    channel: str
+    target: str
+    status: str
+    attempts: int = 0
+    last_error: str | None = None
+    updated_at: datetime | None = None
+
+
+class RequestRecord(BaseModel):
+    """A request as the API returns it (``RequestView.to_json``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str
+    unique_id: str
+    status: Status
+    message_for_user: str
+    form_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    kind: Kind = "input"
+    sensitive: bool = False
+    run_id: str | None = None
+    channels: list[str] = Field(default_factory=list)
+    created_at: datetime
+    expires_at: datetime
+    response: Any = None
+    response_deleted: bool = False
+    answered_by: str | None = None
+    answered_at: datetime | None = None
+    answered_via: str | None = None
+    cancelled_by: str | None = None
+    cancelled_at: datetime | None = None
+    expired_at: datetime | None = None
+    deliveries: list[DeliveryRecord] = Field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def has_response(self) -> bool:
+        """True when answered and the answer is here (a sensitive one is handed over once, then deleted)."""
+        return self.status == "answered" and "response" in self.model_fields_set
+
+
+class LinkRecord(BaseModel):
+    """``POST /v1/requests/{id}/links``: a one-time form link."""
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str
+    expires_at: datetime

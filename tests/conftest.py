@@ -21,6 +21,8 @@ import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
+from harness.live import live_server  # noqa: F401  (one real `handraise serve` per session)
+
 from handraise.core.app import create_app
 from handraise.core.config import Settings
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
+from handraise.core.api import RequestRecord
+
 routes = web.RouteTableDef()
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -119,6 +121,13 @@ PATHS: dict[str, dict[str, Any]] = {
         params=[_RUN], ok={"200": _json({"type": "object"}, "The bundle")}, errors=(401, 403, 422))},
 }
 
+
+def _public_shapes() -> dict[str, Any]:
+    # The request as returned has one definition, the pydantic model the Python client reads it with.
+    schema = RequestRecord.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    return {**schema.pop("$defs", {}), "Request": schema}
+
+
 COMPONENTS: dict[str, Any] = {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     "schemas": {
@@ -195,21 +204,7 @@ COMPONENTS: dict[str, Any] = {
                 "supersedes": {"type": "string"},
             },
         },
-        "Request": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"}, "unique_id": {"type": "string"},
-                "status": {"type": "string", "enum": ["pending", "answered", "expired", "cancelled"]},
-                "message_for_user": {"type": "string"}, "schema": {"type": ["object", "null"]},
-                "kind": {"type": "string"}, "sensitive": {"type": "boolean"}, "run_id": {"type": ["string", "null"]},
-                "channels": {"type": "array", "items": {"type": "string"}},
-                "created_at": {"type": "string", "format": "date-time"},
-                "expires_at": {"type": "string", "format": "date-time"},
-                "response": {}, "answered_by": {"type": "string"}, "answered_at": {"type": "string"},
-                "answered_via": {"type": "string"},
-                "deliveries": {"type": "array", "items": {"type": "object"}},
-            },
-        },
+        **_public_shapes(),
     },
 }
 

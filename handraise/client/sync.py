@@ -1,0 +1,168 @@
+"""``Handraise``: the blocking client (scripts, threads, frameworks that call tools synchronously)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from handraise.client import _transport
+from handraise.client._plans import (
+    DEFAULT_TIMEOUT_SECONDS,
+    WAIT_CHUNK_SECONDS,
+    Plan,
+    Plans,
+    approval_message,
+    create_body,
+)
+from handraise.client._protocol import RetryPolicy, Sleep
+from handraise.client._sse import SseDecoder
+from handraise.client.results import Decision, Event
+from handraise.core.api import LinkRecord, RequestRecord
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+class Handraise:
+    """Ask humans through a Handraise server and block until they answer.
+
+    ``url`` and ``key`` default to ``HANDRAISE_URL`` and ``HANDRAISE_KEY``. Every asking call takes a
+    ``unique_id`` (one is generated when omitted) that stays the same through every retry, so a call
+    repeated after a crash with the same ``unique_id`` re-attaches to the same request.
+    """
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, wait_chunk: float = WAIT_CHUNK_SECONDS,
+                 http: httpx.Client | None = None) -> None:
+        self.url, self._key = _transport.resolve(url, key)
+        self._timeout = timeout
+        self._http = http or httpx.Client()
+        self._plans = Plans(policy=retry or RetryPolicy(), wait_chunk=wait_chunk)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Handraise:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, plan: Plan[T]) -> T:
+        flow = plan.flow
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    step = flow.send(None)  # type: ignore[arg-type]
+                    continue
+                try:
+                    response = self._http.request(**_transport.request_args(step, base=self.url, key=self._key,
+                                                                            timeout=self._timeout))
+                except httpx.TransportError as e:
+                    step = flow.throw(_transport.failure(e))
+                    continue
+                step = flow.send(_transport.reply(response))
+        except StopIteration as stop:
+            return plan.finish(stop.value)
+
+    # -- asking ----------------------------------------------------------------------------------
+
+    def ask(self, message: str, *, schema: Mapping[str, Any] | None = None, timeout: int = DEFAULT_TIMEOUT_SECONDS,
+            sensitive: bool = False, run_id: str | None = None, channels: Sequence[str] | None = None,
+            unique_id: str | None = None) -> Any:
+        """Ask and wait; returns the answer (a string without ``schema``), raises ``Expired``/``Cancelled``."""
+        return self._run(self._plans.ask(create_body(
+            message=message, schema=schema, timeout=timeout, sensitive=sensitive, kind="input", run_id=run_id,
+            channels=list(channels) if channels is not None else None, unique_id=unique_id)))
+
+    def approve(self, action: str, *, details: str | Mapping[str, Any] | None = None,
+                timeout: int = DEFAULT_TIMEOUT_SECONDS, run_id: str | None = None,
+                channels: Sequence[str] | None = None, unique_id: str | None = None,
+                raise_on_reject: bool = False) -> Decision:
+        """Ask for approve/reject; returns the ``Decision`` (``Rejected`` raised only with ``raise_on_reject``)."""
+        return self._run(self._plans.approve(create_body(
+            message=approval_message(action, details), schema=None, timeout=timeout, sensitive=False,
+            kind="approval", run_id=run_id, channels=list(channels) if channels is not None else None,
+            unique_id=unique_id), raise_on_reject=raise_on_reject))
+
+    def form(self, message: str, model: type[M], *, timeout: int = DEFAULT_TIMEOUT_SECONDS, sensitive: bool = False,
+             run_id: str | None = None, channels: Sequence[str] | None = None, unique_id: str | None = None) -> M:
+        """Ask a human to fill in ``model``'s fields; returns a validated instance of it."""
+        from handraise.client.forms import form_schema
+
+        return self._run(self._plans.form(create_body(
+            message=message, schema=form_schema(model), timeout=timeout, sensitive=sensitive, kind="input",
+            run_id=run_id, channels=list(channels) if channels is not None else None, unique_id=unique_id), model))
+
+    # -- requests one by one -----------------------------------------------------------------------
+
+    def create(self, message: str, *, schema: Mapping[str, Any] | None = None,
+               timeout: int = DEFAULT_TIMEOUT_SECONDS, sensitive: bool = False, approval: bool = False,
+               run_id: str | None = None, channels: Sequence[str] | None = None,
+               unique_id: str | None = None) -> RequestRecord:
+        """Create a request without waiting (idempotent on ``unique_id``)."""
+        return self._run(self._plans.create(create_body(
+            message=message, schema=schema, timeout=timeout, sensitive=sensitive,
+            kind="approval" if approval else "input", run_id=run_id,
+            channels=list(channels) if channels is not None else None, unique_id=unique_id)))
+
+    def wait(self, request_id: str) -> RequestRecord:
+        """Wait until the request is answered (re-attaching after failures); raises ``Expired``/``Cancelled``."""
+        return self._run(self._plans.wait(request_id))
+
+    def get(self, request_id: str) -> RequestRecord:
+        return self._run(self._plans.get(request_id))
+
+    def cancel(self, request_id: str) -> RequestRecord:
+        return self._run(self._plans.cancel(request_id))
+
+    # -- operator tools --------------------------------------------------------------------------
+
+    def submit(self, unique_id: str, response: Any) -> RequestRecord:
+        """Answer a request (a key with the ``answer`` scope); returns it, now answered."""
+        return self._run(self._plans.submit(unique_id, response))
+
+    def mint_link(self, request_id: str, *, recipient: str | None = None) -> LinkRecord:
+        """A one-time hosted-form link for the request (``answer`` scope)."""
+        return self._run(self._plans.mint_link(request_id, recipient))
+
+    @contextlib.contextmanager
+    def events(self, *, run_id: str | None = None, types: Sequence[str] | None = None) -> Iterator[Iterator[Event]]:
+        """This tenant's events as they happen (``read`` scope)::
+
+            with hr.events(types=["request.created"]) as events:   # subscribed: nothing after this is missed
+                for event in events: ...
+
+        A broken stream raises ``ServerUnavailable``; subscribe again to go on.
+        """
+        try:
+            with self._http.stream("GET", self.url + "/v1/events", params=_transport.event_params(run_id, types),
+                                   headers=_transport.headers(self._key),
+                                   timeout=httpx.Timeout(self._timeout, read=None)) as response:
+                if response.status_code >= 400:
+                    raise _transport.stream_error(response.status_code, response.read())
+                yield self._decode(response)
+        except httpx.TransportError as e:
+            raise _transport.broken_stream(e) from None
+
+    @staticmethod
+    def _decode(response: httpx.Response) -> Iterator[Event]:
+        decoder = SseDecoder()
+        try:
+            for line in response.iter_lines():
+                event = decoder.feed(line)
+                if event is not None:
+                    yield event
+        except httpx.TransportError as e:
+            raise _transport.broken_stream(e) from None
+
+
+
+__all__ = ["Handraise"]
