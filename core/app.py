@@ -33,6 +33,7 @@ from handraise.core.http import health, openapi
 from handraise.core.http import requests as request_routes
 from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
+from handraise.core.mcp import http as mcp_http
 from handraise.core.service import RequestService
 from handraise.core.store import NOTIFY_CHANNEL, Store
 
@@ -83,6 +84,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app.cleanup_ctx.append(_listener_ctx)
     app.cleanup_ctx.append(_sweeper_ctx)
     app.cleanup_ctx.append(_connectors_ctx)
+    # Last: MCP sessions stop before the connectors, the service and the store they use.
+    mcp_http.setup(app)
     return app
 
 

@@ -230,6 +230,21 @@ class _ApiError(Exception):
         self.body = body
 
 
+# -- mcp -----------------------------------------------------------------------
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from handraise.core.mcp.stdio import serve_stdio
+
+    if not 0 < args.progress_interval <= 15:
+        raise ConfigError("--progress-interval must be more than 0 and at most 15 seconds")
+    try:
+        asyncio.run(serve_stdio(url=args.url, key=args.key, interval=args.progress_interval))
+    except ValueError as e:  # no key
+        raise ConfigError(str(e)) from None
+    return 0
+
+
 # -- entry point ---------------------------------------------------------------
 
 
@@ -271,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--config", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     revoke.add_argument("id")
     revoke.set_defaults(fn=cmd_keys_revoke)
+
+    mcp = sub.add_parser("mcp", help="serve the MCP tools over stdio, reaching the server at $HANDRAISE_URL")
+    mcp.add_argument("--url", help="server base URL (default $HANDRAISE_URL or http://127.0.0.1:8080)")
+    mcp.add_argument("--key", help="API key with the ask scope (default $HANDRAISE_KEY)")
+    mcp.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress notes")
+    mcp.set_defaults(fn=cmd_mcp)
 
     journal = sub.add_parser("journal", help="the audit journal").add_subparsers(dest="journal_command", required=True)
     verify = journal.add_parser("verify", help="check the hash chain; exit 1 when broken")

@@ -94,6 +94,13 @@ class LoggingSettings(_Section):
     format: Literal["json", "console"] = "console"
 
 
+class McpSettings(_Section):
+    # MCP over streamable HTTP at /mcp (tools ask_human, request_approval, human_feedback).
+    enabled: bool = True
+    # While a tool waits for a human it sends progress this often, so clients that drop idle calls keep waiting.
+    progress_interval_seconds: float = Field(default=10.0, gt=0, le=15)
+
+
 class KeySettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     key: SecretStr | None = None
@@ -143,6 +150,7 @@ class Settings(_Section):
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     tenants: list[TenantSettings] = Field(default_factory=list)
     # Connector sections: validated by each connector's own settings_model.
     telegram: dict[str, Any] | None = None

@@ -75,6 +75,15 @@ PATHS: dict[str, dict[str, Any]] = {
         "Create and wait until terminal (the blocking human_feedback tool)", scopes=["ask"], body=_CREATE,
         ok={"200": _json(_REQUEST, "Terminal: answered, expired or cancelled")},
         errors=(400, 401, 403, 409, 413, 422))},
+    "/mcp": {
+        "post": _op("MCP over streamable HTTP: JSON-RPC messages (tools ask_human, request_approval, human_feedback)",
+                    scopes=["ask"], ok={"200": {"description": "JSON or an SSE stream of JSON-RPC messages"}},
+                    errors=(401, 403, 404, 413)),
+        "get": _op("MCP over streamable HTTP: the session's server-to-client event stream", scopes=["ask"],
+                   ok={"200": {"description": "SSE stream"}}, errors=(401, 403, 404)),
+        "delete": _op("MCP over streamable HTTP: end the session", scopes=["ask"],
+                      ok={"200": {"description": "Ended"}}, errors=(401, 403, 404)),
+    },
     "/api/human-feedback/submit": {"post": _op(
         "Submit an answer by unique_id", scopes=["answer"],
         body={"type": "object", "required": ["unique_id", "response"],

@@ -24,6 +24,7 @@ import pytest
 AGENT_KEY = "live-agent-key-0123456789abcdef"
 OPERATOR_KEY = "live-operator-key-0123456789abcdef"
 READER_KEY = "live-reader-key-0123456789abcdef"
+FORWARD_KEY = "live-forward-agent-key-0123456789abcdef"
 OTHER_AGENT_KEY = "live-other-agent-key-0123456789abcdef"
 OTHER_OPERATOR_KEY = "live-other-operator-key-0123456789abcdef"
 
@@ -39,7 +40,8 @@ def _toml_value(value: Any) -> str:
 
 
 def write_config(path: Path, *, db: Path, port: int, extra: str = "") -> None:
-    keys = {"acme": [("agent-1", AGENT_KEY, ["ask"]), ("op-1", OPERATOR_KEY, ["answer", "read"]),
+    keys = {"acme": [("agent-1", AGENT_KEY, ["ask"]), ("agent-fwd", FORWARD_KEY, ["ask", "forward"]),
+                     ("op-1", OPERATOR_KEY, ["answer", "read"]),
                      ("reader-1", READER_KEY, ["read"])],
             "globex": [("agent-2", OTHER_AGENT_KEY, ["ask"]), ("op-2", OTHER_OPERATOR_KEY, ["answer", "read"])]}
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f'public_url = "http://127.0.0.1:{port}"', "",
