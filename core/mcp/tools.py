@@ -80,7 +80,8 @@ ASK_HUMAN = types.Tool(
         },
     },
     output_schema={"type": "object", "required": ["status", "answer", "request_id", "unique_id"],
-                   "properties": {**_ANSWERED, "answer": {"description": "The validated answer (text without schema)"}}},
+                   "properties": {**_ANSWERED,
+                                  "answer": {"description": "The validated answer (text without schema)"}}},
     annotations=_annotations("Ask a human"),
 )
 
@@ -96,7 +97,8 @@ REQUEST_APPROVAL = types.Tool(
         "type": "object", "additionalProperties": False, "required": ["action"],
         "properties": {
             "action": {"type": "string", "minLength": 1, "maxLength": 2000,
-                       "description": "What you will do if approved, in one sentence (\"Delete 3 files in /srv/old\")."},
+                       "description": "What you will do if approved, in one sentence "
+                                      "(\"Delete 3 files in /srv/old\")."},
             "details": {"description": "Optional specifics the human needs to decide: text, or an object whose "
                                        "keys and values are shown as lines.",
                         "anyOf": [{"type": "string", "maxLength": 6000}, {"type": "object"}]},

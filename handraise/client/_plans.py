@@ -79,7 +79,8 @@ class Plans:
         return Plan(self.settle(body), lambda record: model.model_validate(outcome(record).response))
 
     def create(self, body: dict[str, Any]) -> Plan[RequestRecord]:
-        return Plan(call_flow(Call("POST", "/v1/requests", json=body), policy=self.policy), RequestRecord.model_validate)
+        flow = call_flow(Call("POST", "/v1/requests", json=body), policy=self.policy)
+        return Plan(flow, RequestRecord.model_validate)
 
     def wait(self, request_id: str) -> Plan[RequestRecord]:
         flow = settle_flow(Call("GET", f"/v1/requests/{request_id}"), timeout_seconds=DEFAULT_TIMEOUT_SECONDS,

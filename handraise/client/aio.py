@@ -74,9 +74,9 @@ class AsyncHandraise:
 
     # -- asking ----------------------------------------------------------------------------------
 
-    async def ask(self, message: str, *, schema: Mapping[str, Any] | None = None, timeout: int = DEFAULT_TIMEOUT_SECONDS,
-                  sensitive: bool = False, run_id: str | None = None, channels: Sequence[str] | None = None,
-                  unique_id: str | None = None) -> Any:
+    async def ask(self, message: str, *, schema: Mapping[str, Any] | None = None,
+                  timeout: int = DEFAULT_TIMEOUT_SECONDS, sensitive: bool = False, run_id: str | None = None,
+                  channels: Sequence[str] | None = None, unique_id: str | None = None) -> Any:
         """Ask and wait; returns the answer (a string without ``schema``), raises ``Expired``/``Cancelled``."""
         return await self._run(self._plans.ask(create_body(
             message=message, schema=schema, timeout=timeout, sensitive=sensitive, kind="input", run_id=run_id,
@@ -92,8 +92,9 @@ class AsyncHandraise:
             kind="approval", run_id=run_id, channels=list(channels) if channels is not None else None,
             unique_id=unique_id), raise_on_reject=raise_on_reject))
 
-    async def form(self, message: str, model: type[M], *, timeout: int = DEFAULT_TIMEOUT_SECONDS, sensitive: bool = False,
-                   run_id: str | None = None, channels: Sequence[str] | None = None, unique_id: str | None = None) -> M:
+    async def form(self, message: str, model: type[M], *, timeout: int = DEFAULT_TIMEOUT_SECONDS,
+                   sensitive: bool = False, run_id: str | None = None, channels: Sequence[str] | None = None,
+                   unique_id: str | None = None) -> M:
         """Ask a human to fill in ``model``'s fields; returns a validated instance of it."""
         from handraise.client.forms import form_schema
 
