@@ -73,7 +73,7 @@ class DeliveryRow(SQLModel, table=True):
     request_id: str = Field(max_length=64)
     channel: str = Field(max_length=32)
     target: str = Field(max_length=300)
-    # pending | sent | failed | withdrawn
+    # pending | sent | failed | withdrawn | bounced (a mail the recipient's server returned later)
     status: str = Field(max_length=16)
     attempts: int = 0
     last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -38,6 +38,7 @@ from handraise.core.errors import (
     ValidationFailedError,
 )
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
+from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
 from handraise.core.store import Store
 
@@ -544,6 +545,19 @@ class RequestService:
         """Delivery rows of a request (channel, target, status, attempts, last_error, ref)."""
         rows = await self.store.deliveries_for(tenant_id, request_id)
         return [{**r, "ref": json.loads(r["ref_json"]) if r["ref_json"] else {}} for r in rows]
+
+    async def delivery_bounced(self, *, tenant_id: str, request_id: str, channel: str, target: str,
+                               error: str) -> bool:
+        """A sent delivery turned out never to arrive (a mail bounce): shown as ``bounced`` and journaled.
+        False when the request has no such delivery."""
+        for row in await self.store.deliveries_for(tenant_id, request_id):
+            if row["channel"] == channel and row["target"].lower() == target.lower():
+                error = redact(error)[:500]
+                await self.store.update_delivery(row["id"], status="bounced", last_error=error)
+                await self.journal(tenant_id=tenant_id, event="delivery_bounced", request_id=request_id,
+                                   channel=channel, data={"target": row["target"], "error": error})
+                return True
+        return False
 
     async def leadership(self, name: str) -> bool:
         return await self.store.try_leadership(name)

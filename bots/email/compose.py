@@ -32,6 +32,7 @@ class Thread:
 
     sender: str          # From: "Handraise <handraise@example.org>"
     recipient: str       # To
+    token: str           # the thread's token (addresses)
     root_id: str         # the question's Message-ID
     reply_to: str        # handraise+<token>@example.org
     subject: str         # the question's subject (later mails add "Re: ")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from email.headerregistry import Address, HeaderRegistry
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from handraise.core.chat import RoutedSettings, TenantRoute
 
 Security = Literal["starttls", "tls", "none"]
 
@@ -77,8 +79,11 @@ class ImapSettings(_Section):
     max_message_bytes: int = Field(default=1_048_576, ge=16_384, le=26_214_400)
 
 
-class EmailTenantSettings(_Section):
-    """Who gets one tenant's questions by mail; only they may answer by reply."""
+class EmailTenantSettings(TenantRoute):
+    """Who gets one tenant's questions by mail; only they may answer by reply.
+
+    (When tenants list their people, the people with an ``email`` join these: ``places`` is the one seam.)
+    """
 
     recipients: list[str] = Field(min_length=1, max_length=100)
     # One short threaded mail to every recipient when a request ends, whichever way.
@@ -87,14 +92,22 @@ class EmailTenantSettings(_Section):
     @field_validator("recipients")
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
-        specs = [addr_spec(v) for v in value]
-        if len({s.lower() for s in specs}) != len(specs):
+        # Lower case: the address a reply comes from is compared with these, and mail systems vary the case.
+        specs = [addr_spec(v).lower() for v in value]
+        if len(set(specs)) != len(specs):
             raise ValueError("a recipient appears twice")
         return specs
 
+    def places(self) -> list[str]:
+        return list(self.recipients)
 
-class EmailSettings(_Section):
+    def people(self) -> list[str]:
+        return list(self.recipients)
+
+
+class EmailSettings(RoutedSettings):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    place_word: ClassVar[str] = "recipient"
 
     # "Handraise <handraise@example.org>": the From of every mail.
     from_address: str = Field(alias="from")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
+import uuid
 from collections.abc import AsyncIterator
+from email.message import EmailMessage
+from email.utils import formatdate
 from typing import Any
 
 from conftest import base_config, running_app, settings_from
 from handraise.bots.email import EmailConnector
+from handraise.core.appkeys import CONNECTORS
 from handraise.core.errors import ConfigError
 from handraise.webforms.connector import WebFormsConnector
-from harness.mail import ReceivedMail, SmtpRecorder
+from harness.mail import DovecotServer, ReceivedMail, SmtpRecorder
 from tests.webforms.html_tools import csrf_of
 
 MAILBOX = "handraise@example.test"
@@ -37,12 +42,10 @@ def email_section(server: SmtpRecorder, *, recipients: list[str], other: list[st
 
 
 @contextlib.asynccontextmanager
-async def email_app(storage_url: str, section: dict[str, Any], **server: Any) -> AsyncIterator[Any]:
+async def email_app(storage_url: str, section: dict[str, Any], **kwargs: Any) -> AsyncIterator[Any]:
     config = base_config(storage_url, email=section)
-    if server:
-        config["server"] = {**config["server"], **server}
     settings = settings_from(config)
-    async with running_app(settings, connector_classes=[WebFormsConnector, EmailConnector]) as api:
+    async with running_app(settings, connector_classes=[WebFormsConnector, EmailConnector], **kwargs) as api:
         yield api
 
 
@@ -85,3 +88,57 @@ async def post_form(api: Any, url: str, pairs: list[tuple[str, str]], html: str)
     async with api.session.post(api.url(path_of(url).split("?")[0]),
                                 data=[(CSRF_FIELD, csrf_of(html)), *pairs]) as resp:
         return resp.status, await resp.text()
+
+
+# -- replies as mail clients write them --------------------------------------------------
+
+
+def reply_to(question: ReceivedMail, *, sender: str, text: str | None = None, html: str | None = None,
+             to: str | None = None, threaded: bool = True, quote: str = "gmail",
+             extra_headers: dict[str, str] | None = None) -> EmailMessage:
+    """A person's reply to ``question``: addressed to its Reply-To (or ``to``), quoting the original."""
+    original = question.message
+    msg = EmailMessage()
+    msg["From"] = sender
+    msg["To"] = to if to is not None else str(original["Reply-To"])
+    msg["Subject"] = "Re: " + str(original["Subject"])
+    msg["Message-ID"] = f"<{uuid.uuid4().hex}@mail.example.test>"
+    msg["Date"] = formatdate(usegmt=True)
+    if threaded:
+        msg["In-Reply-To"] = str(original["Message-ID"])
+        msg["References"] = str(original["Message-ID"])
+    for name, value in (extra_headers or {}).items():
+        msg[name] = value
+    quoted = "\n".join("> " + line for line in question.part("plain").splitlines())
+    if text is not None:
+        if quote == "gmail":
+            body = f"{text}\n\nOn Tue, Dec 1, 2026 at 10:02 AM Handraise <{MAILBOX}> wrote:\n\n{quoted}\n"
+        elif quote == "apple-bottom":
+            body = f"On 1 Dec 2026, at 10:02, Handraise <{MAILBOX}> wrote:\n\n{quoted}\n\n{text}\n\nSent from my iPhone"
+        elif quote == "outlook":
+            body = (f"{text}\n\nKind regards,\nAlice\n\n________________________________\n"
+                    f"From: Handraise <{MAILBOX}>\nSent: Tuesday, December 1, 2026 10:02 AM\n"
+                    f"To: {sender}\nSubject: {original['Subject']}\n\n{question.part('plain')}")
+        else:
+            body = text
+        msg.set_content(body)
+        if html is not None:
+            msg.add_alternative(html, subtype="html")
+    else:
+        assert html is not None
+        msg.set_content(html, subtype="html")
+    return msg
+
+
+def imap_section(server: DovecotServer, user: str, password: str, **extra: Any) -> dict[str, Any]:
+    return {"host": server.host, "port": server.port, "security": "none", "user": user, "password": password,
+            "timeout_seconds": 5, "leader_check_seconds": 0.5, **extra}
+
+
+async def handled(api: Any, passes: int = 2, timeout: float = 15.0) -> None:
+    """Wait until the mailbox reader finished ``passes`` more passes: whatever was in the mailbox is handled."""
+    reader = api.app[CONNECTORS]["email"].reader
+    async with asyncio.timeout(timeout):
+        async with reader.pass_done:
+            target = reader.passes + passes
+            await reader.pass_done.wait_for(lambda: reader.passes >= target)

@@ -98,6 +98,8 @@ async def test_each_recipient_gets_a_mail_of_their_own(storage_url: str, smtp_se
         assert status == 200
         answered = await api.wait(request["id"])
         assert answered["status"] == "answered" and answered["response"] == {"host": "db-1", "replicas": 2, "urgent": False}
+        # The link was Alice's alone: the answer is recorded as hers, by email.
+        assert (answered["answered_by"], answered["answered_via"]) == (f"email:{alice}", "email")
         status, _ = await open_page(api, form_link(to_alice))
         assert status == 410
 
@@ -305,9 +307,11 @@ async def test_an_untrusted_certificate_is_refused(sqlite_url: str, mail_certifi
 
 
 @pytest.mark.parametrize(("change", "needle"), [
-    ({"tenants": {"nobody": {"recipients": ["a@example.test"]}}}, "no such tenant: nobody"),
+    ({"tenants": {"nobody": {"recipients": ["a@example.test"]}}}, "email.tenants.nobody: no tenant with this id"),
     ({"tenants": {"acme": {"recipients": ["not an address"]}}}, "not an email address"),
     ({"tenants": {"acme": {"recipients": ["a@example.test", "A@example.test"]}}}, "appears twice"),
+    ({"tenants": {"acme": {"recipients": ["a@example.test"]}, "globex": {"recipients": ["A@example.test"]}}},
+     "recipient a@example.test is configured for tenants acme and globex"),
     ({"tenants": {"acme": {"recipients": []}}}, "recipients"),
     ({"smtp": {"host": "smtp.example.test", "user": "bot"}}, "user and password go together"),
     ({"reply_address": "handraise+x@example.test"}, "no +tag"),
