@@ -111,10 +111,12 @@ class MailboxReader:
         client, self._client = self._client, None
         if client is None:
             return
-        with contextlib.suppress(Exception):
-            if client.has_pending_idle():
-                client.idle_done()  # a server answers nothing else while IDLE lasts
-            await asyncio.wait_for(client.logout(), timeout=2)
+        # Cancelled in the middle of an IDLE (or of starting one), the server would answer nothing
+        # else: drop the line instead of logging out politely.
+        if not self.idling:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.logout(), timeout=2)
+        self.idling = False
         with contextlib.suppress(Exception):
             client.protocol.transport.close()
 
@@ -179,8 +181,8 @@ class MailboxReader:
         if not self._use_idle():
             await self._sleep_unless_lost(seconds)
             return
-        idle = await self._command(client.idle_start(timeout=seconds + self.settings.timeout_seconds), "idle")
         self.idling = True
+        idle = await self._command(client.idle_start(timeout=seconds + self.settings.timeout_seconds), "idle")
         try:
             with contextlib.suppress(TimeoutError):
                 while True:
