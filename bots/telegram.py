@@ -19,7 +19,7 @@ import warnings
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from telegram import (
     ForceReply,
     InlineKeyboardButton,
@@ -112,6 +112,15 @@ class TelegramSettings(RoutedSettings):
     # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
     rating_buttons: bool = False
 
+    @field_validator("token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        # Refused here in one line, not as python-telegram-bot's InvalidToken traceback at start.
+        if not re.fullmatch(r"[0-9]+:[A-Za-z0-9_-]+", value.get_secret_value().strip()):
+            raise ValueError("must be the bot token from @BotFather, like 123456789:AA... "
+                             "(set it here or in HANDRAISE_TELEGRAM__TOKEN)")
+        return SecretStr(value.get_secret_value().strip())
+
     @model_validator(mode="after")
     def _check(self) -> TelegramSettings:
         if self.mode == "webhook":
@@ -155,7 +164,7 @@ class TelegramConnector(ChatConnector):
                 settings.tenants[tenant] = TelegramTenantSettings(chat_ids=settings.chat_ids,
                                                                   allowed_user_ids=settings.allowed_user_ids or [])
             except ValidationError as e:
-                raise ConfigError(f"telegram.{e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
+                raise app_settings.config_error(e, section=("telegram",)) from None
         elif settings.tenant is not None:
             raise ConfigError("telegram.tenant: only with chat_ids and allowed_user_ids")
         try:

@@ -101,10 +101,7 @@ class WebhookConnector(Connector):
             try:
                 endpoint = WebhookEndpoint.model_validate({k: v for k, v in raw.items() if k != "enabled"})
             except ValidationError as e:
-                first = e.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-                raise ConfigError(f"webhooks[{index}].{where}: {message}") from None
+                raise app_settings.config_error(e, section=("webhooks", index)) from None
             if any(other.id == endpoint.id for other in endpoints):
                 raise ConfigError(f"webhooks[{index}].id: {endpoint.id!r} appears twice")
             unknown = [t for t in endpoint.tenants if t not in known]

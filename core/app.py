@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
 import secrets
 from collections.abc import AsyncIterator
 
@@ -25,6 +27,7 @@ from handraise.core.appkeys import (
 )
 from handraise.core.config import Settings
 from handraise.core.connectors import Connector, load_enabled
+from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
 from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
 from handraise.core.http import annotations as annotation_routes
@@ -102,8 +105,50 @@ def _mount(app: web.Application, connector: Connector, settings: Settings) -> No
         app.router.add_routes(defs)
 
 
+# PostgreSQL releases older than this are refused at start with one line (and by doctor).
+MIN_POSTGRES = (13, 0)
+
+
+async def open_store(settings: Settings, store: Store | None = None) -> Store:
+    """Open (and migrate) the store, or raise UnavailableError in one line naming storage.url and the fix."""
+    store = store or Store(url=settings.storage.url)
+    where = "HANDRAISE_STORAGE__URL" if "HANDRAISE_STORAGE__URL" in os.environ else "[storage] url"
+    shown = re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", settings.storage.url)
+    try:
+        if store.is_postgres:
+            await check_postgres_version(store.asyncpg_dsn())
+        await store.open()
+    except HandraiseError:
+        await store.close()
+        raise
+    except Exception as e:
+        await store.close()
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnavailableError(f"storage.url {shown}: cannot open the store ({reason}); check {where}") from e
+    return store
+
+
+async def check_postgres_version(dsn: str, *, minimum: tuple[int, int] = MIN_POSTGRES) -> tuple[int, int]:
+    """The server's (major, minor); UnavailableError when older than ``minimum``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        version = conn.get_server_version()
+    finally:
+        await conn.close()
+    if (version.major, version.minor) < minimum:
+        raise UnavailableError(f"storage.url: PostgreSQL {version.major}.{version.minor} is too old; "
+                               f"Handraise needs {minimum[0]} or newer")
+    return version.major, version.minor
+
+
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
-    await app[STORE].open()
+    try:
+        await open_store(app[SETTINGS], app[STORE])
+    except BaseException:
+        await app[HTTP_SESSION].close()
+        raise
     yield
     await app[SERVICE].drain()
     await app[HTTP_SESSION].close()
@@ -146,7 +191,14 @@ async def _connectors_ctx(app: web.Application) -> AsyncIterator[None]:
     started: list[Connector] = []
     try:
         for connector in app[CONNECTORS].values():
-            await connector.start()
+            try:
+                await connector.start()
+            except HandraiseError:
+                raise
+            except Exception as e:
+                # A library's own failure at start (a refused token, an unreachable server) in one line.
+                raise ConfigError(f"{connector.name}: could not start ({type(e).__name__}: {e}); "
+                                  f"check the [{connector.name}] section or run handraise doctor") from e
             started.append(connector)
             log.info("connector started", extra={"connector": connector.name})
         dispatcher.start()

@@ -2,8 +2,15 @@
 
 ``load_settings(path)`` reads TOML (or nothing: the embedded default), applies
 ``HANDRAISE_*`` environment variables (``__`` nests: ``HANDRAISE_STORAGE__URL``)
-and raises :class:`ConfigError` naming the offending key. Connector sections are
-kept as raw tables here; each connector validates its own with its own model.
+and raises :class:`ConfigError` naming the offending key, or the variable when the
+value came from the environment. Connector sections are kept as raw tables here;
+each connector validates its own with its own model and reports through
+:meth:`Settings.config_error`, so every message reads the same.
+
+pydantic-settings is not used: its environment source parses values as JSON, not
+TOML literals (``HANDRAISE_TELEGRAM__TENANTS__ACME__CHAT_IDS=[-100]`` would reach
+the connector as a string), it cannot say which variable a failing value came from,
+and the overlay it would replace is forty lines.
 """
 
 from __future__ import annotations
@@ -14,11 +21,15 @@ import tomllib
 import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import platformdirs
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -27,12 +38,23 @@ from pydantic import (
 
 from handraise.core.errors import ConfigError
 
-Scope = Literal["ask", "answer", "read", "annotate", "forward"]
-ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward")
+Scope = Literal["ask", "answer", "read", "annotate", "forward", "metrics"]
+ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward", "metrics")
 ENV_PREFIX = "HANDRAISE_"
-# HANDRAISE_ variables that are not settings: the config path, and the CLI client's key and URL.
-_NOT_SETTINGS = frozenset({"HANDRAISE_CONFIG", "HANDRAISE_KEY", "HANDRAISE_URL"})
+# HANDRAISE_ variables that are not settings: the config path, the CLI client's key and URL, tracebacks.
+_NOT_SETTINGS = frozenset({"HANDRAISE_CONFIG", "HANDRAISE_KEY", "HANDRAISE_URL", "HANDRAISE_DEBUG"})
 DEFAULT_TENANT = "default"
+APP_NAME = "handraise"
+
+
+def data_dir() -> Path:
+    """The user's data folder for Handraise (``$XDG_DATA_HOME/handraise``): the default store lives here,
+    so every command run from any folder finds the same one."""
+    return platformdirs.user_data_path(APP_NAME)
+
+
+def default_storage_url() -> str:
+    return f"sqlite:///{data_dir() / 'handraise.db'}"
 
 
 class _Section(BaseModel):
@@ -42,20 +64,38 @@ class _Section(BaseModel):
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Base of one-time links. Unset: the address actually served (see ``served_at``).
     public_url: str = "http://127.0.0.1:8080"
     # Largest request body accepted by any endpoint (413 beyond).
     max_body_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
 
     @field_validator("public_url")
     @classmethod
-    def _strip_slash(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
+    def _absolute_http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http:// or https:// URL, e.g. https://hr.example.com")
+        if parts.query or parts.fragment:
+            raise ValueError("must not carry a query or a fragment")
         return value.rstrip("/")
+
+    @property
+    def public_url_set(self) -> bool:
+        return "public_url" in self.model_fields_set
+
+    def served_at(self, host: str, port: int) -> None:
+        """Record the address actually served; an unset ``public_url`` follows it (flags, port 0)."""
+        self.host, self.port = host, port
+        if not self.public_url_set:
+            shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
+            shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
+            # Assigned through __dict__: model_fields_set keeps saying the operator never set it.
+            self.__dict__["public_url"] = f"http://{shown}:{port}"
 
 
 class StorageSettings(_Section):
-    url: str = "sqlite:///handraise.db"
+    # Default: handraise.db in the user's data folder (``data_dir()``), whatever the working folder.
+    url: str = Field(default_factory=default_storage_url)
 
     @field_validator("url")
     @classmethod
@@ -159,6 +199,9 @@ class Settings(_Section):
     email: dict[str, Any] | None = None
     webhooks: list[dict[str, Any]] | None = None
     web: dict[str, Any] | None = None
+    # Where the values came from, for messages: the file, and key paths set by HANDRAISE_ variables.
+    _source: Path | None = PrivateAttr(default=None)
+    _env_names: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _tenants(self) -> Settings:
@@ -183,6 +226,10 @@ class Settings(_Section):
         """The raw table of a connector, or None when it is not configured."""
         return getattr(self, name, None) if name in type(self).model_fields else None
 
+    def config_error(self, error: ValidationError, *, section: tuple[str | int, ...] = ()) -> ConfigError:
+        """The one line a user reads for a validation error of this config (or of one section of it)."""
+        return _config_error(error, section=section, source=self._source, env_names=self._env_names)
+
 
 def scopes_problem(scopes: list[str] | frozenset[str]) -> str | None:
     """Why a set of scopes cannot go on one key, or None: the rules the config and the CLI share."""
@@ -198,8 +245,9 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
-    """``HANDRAISE_A__B=v`` → ``{"a": {"b": v}}``; values may be TOML literals."""
+def _env_overrides(environ: dict[str, str], names: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    """``HANDRAISE_A__B=v`` → ``{"a": {"b": v}}``; values may be TOML literals. ``names`` gets each key
+    path's variable name, so an error can name the variable rather than a key the user never wrote."""
     tree: dict[str, Any] = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name in _NOT_SETTINGS:
@@ -207,6 +255,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
         if not parts:
             continue
+        names[tuple(parts)] = name
         node = tree
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -234,30 +283,93 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _describe(error: ValidationError) -> str:
+_PLAIN_MESSAGES = {"extra_forbidden": "unknown key", "missing": "is required"}
+
+
+def _plain(error: Any) -> str:
+    """pydantic's wording for one error, in the words of a config file ("must be ...")."""
+    if error["type"] in _PLAIN_MESSAGES:
+        return _PLAIN_MESSAGES[error["type"]]
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    if message.startswith("Input should be "):
+        message = "must be " + message.removeprefix("Input should be ")
+    elif message.startswith("String should "):
+        message = "must " + message.removeprefix("String should ")
+    elif message.startswith(("List should ", "Dictionary should ")):
+        message = "must " + message.split(" should ", 1)[1]
+    return message.replace("a valid integer, unable to parse string as an integer", "a whole number") \
+                  .replace("a valid boolean, unable to interpret input", "true or false")
+
+
+def _config_error(error: ValidationError, *, section: tuple[str | int, ...], source: Path | None,
+                  env_names: dict[tuple[str, ...], str]) -> ConfigError:
     first = error.errors()[0]
-    location = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    return f"{location}: {message}"
+    loc = tuple(p for p in (*section, *first["loc"]) if p != "")
+    message = _plain(first)
+    # A value from the environment is named by its variable (the longest prefix that one set).
+    for end in range(len(loc), 0, -1):
+        name = env_names.get(tuple(str(p).lower() for p in loc[:end]))
+        if name is not None:
+            rest = _dotted(loc[end:])
+            return ConfigError(f"{name}{f' ({rest})' if rest else ''}: {message}")
+    where = f"{source}: " if source is not None else ""
+    return ConfigError(f"{where}{_dotted(loc) or '(top level)'}: {message}")
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    """``("webhooks", 0, "url")`` → ``webhooks[0].url``, as the TOML reads."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _absolute_sqlite(url: str, base: Path) -> str:
+    """A relative SQLite path is taken from ``base`` (the config file's folder, else the working folder)
+    and made absolute, so the path printed and the file opened are the same from any folder."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    path, sep, query = url[len(prefix):].partition("?")
+    if not path or path == ":memory:" or Path(path).is_absolute():
+        return url
+    return f"{prefix}{(base / path).resolve()}{sep}{query}"
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] | None = None) -> Settings:
     """Read the TOML file (None: embedded default) and the environment; raise ConfigError."""
     environ = dict(os.environ if environ is None else environ)
     data: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
+    file = Path(path) if path is not None else None
+    if file is not None:
         try:
             data = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(f"{file}: no such config file") from None
+            raise ConfigError(f"{file}: no such config file; give an existing file to --config "
+                              "or HANDRAISE_CONFIG") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{file}: is a folder, not a config file") from None
+        except PermissionError:
+            raise ConfigError(f"{file}: cannot be read (permission denied)") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{file}: not UTF-8 text; save the config file as UTF-8") from None
+        except OSError as e:
+            raise ConfigError(f"{file}: cannot be read ({e.strerror or e})") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{file}: not valid TOML: {e}") from None
-    data = _merge(data, _env_overrides(environ))
+    env_names: dict[tuple[str, ...], str] = {}
+    overrides = _env_overrides(environ, env_names)
+    from_file = isinstance(data.get("storage"), dict) and "url" in data["storage"]
+    data = _merge(data, overrides)
     try:
-        return Settings.model_validate(data)
+        settings = Settings.model_validate(data)
     except ValidationError as e:
-        where = f"{path}: " if path is not None else ""
-        raise ConfigError(f"{where}{_describe(e)}") from None
+        raise _config_error(e, section=(), source=file, env_names=env_names) from None
+    settings._source = file
+    settings._env_names = env_names
+    from_env = ("storage", "url") in env_names
+    base = file.parent if file is not None and from_file and not from_env else Path.cwd()
+    settings.storage.url = _absolute_sqlite(settings.storage.url, base.absolute())
+    return settings

@@ -141,10 +141,7 @@ class Connector(ABC):
         try:
             return cls.settings_model.model_validate(raw)
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-            raise ConfigError(f"{cls.name}.{where}: {message}") from None
+            raise app_settings.config_error(e, section=(cls.name,)) from None
 
     # -- lifecycle -------------------------------------------------------------
 

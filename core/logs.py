@@ -1,19 +1,64 @@
 """Structured logging (structlog over the standard library): JSON or console lines with request ids.
 
 Modules log with ``logging.getLogger(__name__)`` and pass ids in ``extra``; the
-formatter renders those as fields. Values, keys and tokens are never passed.
+formatter renders those as fields. Values, keys and tokens are never passed, and
+every rendered line goes through :func:`mask_tokens` as well, so a one-time link
+token that reaches a message or a traceback (an error under ``/f/``) is replaced.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from typing import Any
 
 import structlog
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web import BaseRequest, StreamResponse
 
 from handraise.core.config import LoggingSettings
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
+
+# Path prefixes followed by a one-time token: the hosted forms. The operator inbox's sign-in
+# links add their prefix here when they exist.
+ONE_TIME_PREFIXES: tuple[str, ...] = ("/f/",)
+_TOKEN_AFTER = re.compile("(" + "|".join(re.escape(p) for p in ONE_TIME_PREFIXES) + r")[^/?#\s\"'<>]+")
+MASK = "<token>"
+# Where authentication leaves the principal (tenant, key id) on the request, for the access log.
+PRINCIPAL_ATTR: web.RequestKey[Any] = web.RequestKey("principal")
+
+access_log = logging.getLogger("handraise.access")
+
+
+def mask_tokens(text: str) -> str:
+    """``text`` with every one-time link token replaced by ``<token>``: paths, URLs, log lines."""
+    return _TOKEN_AFTER.sub(lambda m: m.group(1) + MASK, text)
+
+
+class AccessLog(AbstractAccessLogger):
+    """One line per HTTP request: method, path (tokens masked, no query), status, ms, tenant, key id.
+
+    Never a key, a token or a body: the principal is what authentication found, not the header.
+    """
+
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        # Not aiohttp's "aiohttp.access" logger: ours, at INFO, through the masking formatter.
+        super().__init__(access_log, log_format)
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:  # noqa: A002
+        principal = request.get(PRINCIPAL_ATTR)
+        path = mask_tokens(request.path)
+        ms = round(time * 1000, 1)
+        self.logger.info("%s %s %s %.1fms", request.method, path, response.status, ms, extra={
+            "method": request.method, "path": path, "status": response.status, "ms": ms,
+            "tenant": getattr(principal, "tenant_id", None), "key_id": getattr(principal, "key_id", None)})
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
 
 
 def _extra_fields(_logger: object, _name: str, event_dict: dict) -> dict:
@@ -23,6 +68,16 @@ def _extra_fields(_logger: object, _name: str, event_dict: dict) -> dict:
             if key not in _STD_ATTRS and not key.startswith("_") and key not in event_dict:
                 event_dict[key] = value
     return event_dict
+
+
+class _Masked:
+    """The last renderer, then :func:`mask_tokens` over the whole line (tracebacks included)."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, name: str, event_dict: dict) -> str:
+        return mask_tokens(str(self.renderer(logger, name, event_dict)))
 
 
 def configure_logging(settings: LoggingSettings, *, stream: object = None) -> None:
@@ -35,12 +90,12 @@ def configure_logging(settings: LoggingSettings, *, stream: object = None) -> No
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _extra_fields,
         ],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _Masked(renderer)],
     )
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.level)
-    # Access logs carry one-time link tokens in their paths: keep them out.
+    # aiohttp's own access logger is replaced by AccessLog (masked); keep any stray one quiet.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

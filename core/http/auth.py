@@ -10,6 +10,7 @@ from aiohttp import web
 
 from handraise.core.config import Settings
 from handraise.core.errors import ForbiddenError, UnauthorizedError
+from handraise.core.logs import PRINCIPAL_ATTR
 from handraise.core.store import Store
 
 
@@ -73,4 +74,5 @@ class Keyring:
         principal = await self.lookup(key)
         if principal is None:
             raise UnauthorizedError("unknown key")
+        request[PRINCIPAL_ATTR] = principal  # for the access log line: tenant and key id, never the key
         return principal

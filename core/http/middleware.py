@@ -11,6 +11,7 @@ from aiohttp import web
 
 from handraise.core.appkeys import SETTINGS
 from handraise.core.errors import BadRequestError, HandraiseError, PayloadTooLargeError, error_body
+from handraise.core.logs import mask_tokens
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except HandraiseError as e:
         if e.status >= 500:
-            log.error("request failed", extra={"path": request.path, "code": e.code})
+            log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
         return error_response(e)
     except web.HTTPException as e:
         if e.status < 400 or e.content_type == "text/html":
@@ -42,7 +43,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except (ConnectionResetError, web.HTTPClientError):
         raise
     except Exception:
-        log.exception("unhandled error", extra={"path": request.path})
+        log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
         return web.json_response(error_body("internal", "internal error"), status=500)
 
 

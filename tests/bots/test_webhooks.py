@@ -223,7 +223,7 @@ def test_verify_signature_refuses_tampering_and_replays() -> None:
     ({"url": "ftp://x/hook"}, r"webhooks\[0\]\.url: .*http"),
     ({"secret": "short"}, r"webhooks\[0\]\.secret: .*16"),
     ({"tenants": ["nobody"]}, r"webhooks\[0\]\.tenants: no such tenant 'nobody'"),
-    ({"events": ["request.updated"]}, r"webhooks\[0\]\.events\.0"),
+    ({"events": ["request.updated"]}, r"webhooks\[0\]\.events\[0\]"),
     ({"headers": {}}, r"webhooks\[0\]\.headers: unknown key"),
 ])
 def test_config_errors_name_the_entry(entry: dict[str, Any], message: str) -> None:

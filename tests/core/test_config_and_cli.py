@@ -86,9 +86,11 @@ def test_example_config_documents_every_connector_key() -> None:
             assert re.search(pattern, text, re.M), f"[{name}] does not document {key}"
 
 
-def test_no_config_is_the_embedded_default() -> None:
+def test_no_config_is_the_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     settings = load_settings(None, environ={})
-    assert settings.storage.url == "sqlite:///handraise.db"
+    # An absolute path in the user's data folder, whatever the working folder.
+    assert settings.storage.url == f"sqlite:///{tmp_path / 'xdg' / 'handraise' / 'handraise.db'}"
     assert [t.id for t in settings.tenants] == ["default"]
     assert settings.tenants[0].default_channels is None  # every enabled channel serving it
 
@@ -137,8 +139,10 @@ id = "t"
     assert settings.server.port == 9999 and settings.feedback.enabled is False
     assert settings.telegram == {"token": "123:abc"}
     assert settings.tenants[0].keys[0].digest() == hashlib.sha256(key.encode()).hexdigest()
-    with pytest.raises(ConfigError, match="server.port"):
+    # A bad value from the environment names the variable, in a config file's words.
+    with pytest.raises(ConfigError) as info:
         load_settings(path, environ={"HANDRAISE_SERVER__PORT": "many"})
+    assert info.value.message == "HANDRAISE_SERVER__PORT: must be a whole number"
 
 
 def test_secrets_do_not_show_in_reprs() -> None:
@@ -156,22 +160,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(cwd: Path, **extra: str) -> dict[str, str]:
+    # The user's data folder (the default store) is the test's own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HANDRAISE_")}
+    env["XDG_DATA_HOME"] = str(cwd / "xdg")
     env.update(extra)
     return env
 
 
 def _run(args: list[str], *, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "handraise.core.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=_env(), **kwargs)
+                          timeout=60, env=_env(cwd), **kwargs)
 
 
 @contextlib.contextmanager
 def serving(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "handraise.core.cli", "serve", "--port", str(port), *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cwd))
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -200,9 +206,12 @@ def test_bad_config_fails_with_one_line(tmp_path: Path) -> None:
 def test_serve_with_no_config_says_how_to_get_a_key(tmp_path: Path) -> None:
     with serving(tmp_path) as (proc, port):
         assert proc.stdout is not None
-        hint = [proc.stdout.readline() for _ in range(3)]
-    assert "handraise keys create --tenant default --scopes ask" in "".join(hint)
-    assert (tmp_path / "handraise.db").exists()
+        hint = [proc.stdout.readline() for _ in range(5)]
+    store = tmp_path / "xdg" / "handraise" / "handraise.db"
+    assert f"store:      {store}" in hint[0]
+    assert f"public_url: http://127.0.0.1:{port}" in hint[1]  # the address served, not :8080
+    assert "handraise keys create --scopes ask" in "".join(hint)
+    assert store.exists() and not (tmp_path / "handraise.db").exists()
 
 
 async def _http(method: str, url: str, key: str | None = None, **kwargs: Any) -> tuple[int, Any]:
@@ -242,7 +251,7 @@ async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
         status, done = await _http("GET", f"{base}/v1/requests/{req['id']}/wait?timeout=5", agent)
         assert done["status"] == "answered" and done["response"] == "123456"
 
-        env = _env(HANDRAISE_KEY=agent, HANDRAISE_URL=base)
+        env = _env(tmp_path, HANDRAISE_KEY=agent, HANDRAISE_URL=base)
 
         async def ask(*extra: str) -> subprocess.Popen[str]:
             return subprocess.Popen([sys.executable, "-m", "handraise.core.cli", "ask", "Approve the deploy?", *extra],
@@ -260,4 +269,4 @@ async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
 
         expiring = await ask("--timeout", "1")
         _out, err = await asyncio.to_thread(expiring.communicate, timeout=30)
-        assert expiring.returncode == 2 and json.loads(err)["status"] == "expired"
+        assert expiring.returncode == 2 and json.loads(err.splitlines()[-1])["status"] == "expired"

@@ -56,7 +56,7 @@ def test_a_connector_is_enabled_by_its_section(tmp_path: Path) -> None:
     assert not TelegramConnector.is_enabled(settings_from(base_config(url)))
     assert TelegramConnector.is_enabled(settings_from(base_config(url, telegram=section)))
     assert not TelegramConnector.is_enabled(settings_from(base_config(url, telegram={**section, "enabled": False})))
-    with pytest.raises(ConfigError, match=r"telegram\.token: Field required"):
+    with pytest.raises(ConfigError, match=r"telegram\.token: is required"):
         TelegramConnector.load_settings(settings_from(base_config(url, telegram={"chat_ids": [1]})))
 
 
