@@ -21,6 +21,7 @@ from handraise.core.appkeys import (
     HTTP_SESSION,
     INSTANCE_ID,
     KEYRING,
+    METRICS,
     SERVICE,
     SETTINGS,
     STORE,
@@ -32,11 +33,13 @@ from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
 from handraise.core.http import annotations as annotation_routes
 from handraise.core.http import events as events_routes
-from handraise.core.http import health, openapi
+from handraise.core.http import health, home, openapi
+from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
 from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
 from handraise.core.mcp import http as mcp_http
+from handraise.core.metrics import Metrics
 from handraise.core.service import RequestService
 from handraise.core.store import NOTIFY_CHANNEL, Store
 
@@ -62,9 +65,10 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[INSTANCE_ID] = instance_id
     app[KEYRING] = Keyring(settings=settings, store=store)
     app[HTTP_SESSION] = http
+    app[METRICS] = metrics = Metrics(service=service)
 
-    for table in (health.routes, openapi.routes, request_routes.routes, events_routes.routes,
-                  annotation_routes.routes):
+    for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
+                  events_routes.routes, annotation_routes.routes):
         app.router.add_routes(table)
 
     connectors: dict[str, Connector] = {}
@@ -82,6 +86,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[CONNECTORS] = connectors
     service.channel_serves.update({name: c.serves for name, c in connectors.items() if name != "web"})
     app[DISPATCHER] = Dispatcher(service=service, connectors=connectors)
+    app[DISPATCHER].on_delivery = metrics.on_delivery
 
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_listener_ctx)

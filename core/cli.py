@@ -223,6 +223,25 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- doctor --------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from handraise.core import doctor
+
+    try:
+        settings = _settings(args)
+    except ConfigError as e:
+        print(doctor.failed("config", e.message).line())
+        return EXIT_ERROR
+    findings = asyncio.run(doctor.run(settings))
+    for finding in findings:
+        print(finding.line(), flush=True)
+    problems = sum(not f.ok for f in findings)
+    _say(f"{problems} problem(s); each FAIL line says how to fix it" if problems else "every check passed")
+    return EXIT_ERROR if problems else 0
+
+
 # -- the HTTP client side: ask, answer, link -------------------------------------
 
 
@@ -481,6 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
     link.add_argument("--recipient", help="who the link is for (shown on the form, journaled)")
     link.add_argument("--key", help="API key with the answer scope (default: $HANDRAISE_KEY)")
     link.set_defaults(fn=cmd_link)
+
+    doctor = sub.add_parser("doctor", parents=[common], help="check the config, store, connectors, public_url "
+                            "and keys; one line per finding with its fix (exit 0 only when all pass)")
+    doctor.set_defaults(fn=cmd_doctor)
 
     keys = sub.add_parser("keys", help="manage stored API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", parents=[common], help="create a key; prints it once, stores only its hash")

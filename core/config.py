@@ -219,6 +219,11 @@ class Settings(_Section):
                 key_ids.add(key.id)
         return self
 
+    @property
+    def source(self) -> Path | None:
+        """The config file these settings came from (None: the embedded default)."""
+        return self._source
+
     def tenant(self, tenant_id: str) -> TenantSettings | None:
         return next((t for t in self.tenants if t.id == tenant_id), None)
 

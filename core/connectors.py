@@ -143,6 +143,14 @@ class Connector(ABC):
         except ValidationError as e:
             raise app_settings.config_error(e, section=(cls.name,)) from None
 
+    @classmethod
+    async def check(cls, settings: Any, *, app_settings: Settings, http: ClientSession) -> list[str] | None:
+        """``handraise doctor``: try the credentials live, change nothing; each problem is one line with its fix.
+
+        None means this connector has nothing to try (the default); ``[]`` means every check passed.
+        """
+        return None
+
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:

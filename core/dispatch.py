@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from handraise.core.api import RequestView
@@ -58,6 +58,8 @@ class Dispatcher:
         self._recover_lock = asyncio.Lock()
         self._started_at = 0.0
         self._closed = False
+        # Told of each delivery outcome (channel, "sent" | "retry" | "failed" | "withdrawn"): the metrics.
+        self.on_delivery: Callable[[str, str], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -109,6 +111,10 @@ class Dispatcher:
             if ev.data.get("deliveries") == []:
                 return
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
+
+    def _count(self, channel: str, outcome: str) -> None:
+        if self.on_delivery is not None:
+            self.on_delivery(channel, outcome)
 
     def _spawn(self, request_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -211,12 +217,14 @@ class Dispatcher:
                           **({"retry_after": error.retry_after} if error.retry_after is not None else {})})
                 log.warning("delivery failed", extra={"request_id": view.id, "channel": connector.name,
                                                       "attempt": attempt, "final": final, "error": message[:200]})
+                self._count(connector.name, "failed" if final else "retry")
                 if final:
                     return
                 pause = backoff.next()
                 await self._pause(view.id, error.retry_after if error.retry_after is not None else pause)
                 continue
             ref = ref or {}
+            self._count(connector.name, "sent")
             await store.update_delivery(delivery_id, status="sent", attempts=attempt, last_error=None,
                                         ref_json=json.dumps(ref))
             await self.service.journal(tenant_id=view.tenant_id, event="delivered", request_id=view.id,
@@ -333,6 +341,7 @@ class Dispatcher:
                     await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
                     continue
                 await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
+                self._count(connector.name, "withdrawn")
                 await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,
                                            run_id=view.run_id, channel=connector.name,
                                            data={"target": target, "status": view.status})

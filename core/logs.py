@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, StreamResponse
 
+from handraise.core.appkeys import METRICS
 from handraise.core.config import LoggingSettings
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
@@ -25,7 +26,8 @@ _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys(
 # Path prefixes followed by a one-time token: the hosted forms. The operator inbox's sign-in
 # links add their prefix here when they exist.
 ONE_TIME_PREFIXES: tuple[str, ...] = ("/f/",)
-_TOKEN_AFTER = re.compile("(" + "|".join(re.escape(p) for p in ONE_TIME_PREFIXES) + r")[^/?#\s\"'<>]+")
+# Two characters or more: "/f/-/static/" (the form's assets) is not a token.
+_TOKEN_AFTER = re.compile("(" + "|".join(re.escape(p) for p in ONE_TIME_PREFIXES) + r")[^/?#\s\"'<>]{2,}")
 MASK = "<token>"
 # Where authentication leaves the principal (tenant, key id) on the request, for the access log.
 PRINCIPAL_ATTR: web.RequestKey[Any] = web.RequestKey("principal")
@@ -51,14 +53,20 @@ class AccessLog(AbstractAccessLogger):
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:  # noqa: A002
         principal = request.get(PRINCIPAL_ATTR)
         path = mask_tokens(request.path)
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
         ms = round(time * 1000, 1)
+        metrics = request.app.get(METRICS) if isinstance(request, web.Request) else None
+        if metrics is not None:
+            metrics.on_http(request.method, response.status, time)
         self.logger.info("%s %s %s %.1fms", request.method, path, response.status, ms, extra={
             "method": request.method, "path": path, "status": response.status, "ms": ms,
             "tenant": getattr(principal, "tenant_id", None), "key_id": getattr(principal, "key_id", None)})
 
     @property
     def enabled(self) -> bool:
-        return self.logger.isEnabledFor(logging.INFO)
+        # Also when the line itself is not wanted (level WARNING): the HTTP metrics still count.
+        return True
 
 
 def _extra_fields(_logger: object, _name: str, event_dict: dict) -> dict:

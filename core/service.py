@@ -74,6 +74,8 @@ class RequestService:
         # Which enabled channels serve which tenant; the app fills this in from its connectors.
         # The web channel (hosted forms) serves everyone.
         self.channel_serves: dict[str, Callable[[str], bool]] = {"web": lambda _tenant: True}
+        # Told of each wait that a resolution ended (the wake-latency metric); set by the app.
+        self.on_wake: Callable[[RequestView], None] | None = None
         bus.register_loader(REQUEST_CREATED, self._load_event_data)
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.add_listener(self._wake_on_event)
@@ -208,6 +210,7 @@ class RequestService:
         try:
             view = await self.get(tenant_id=tenant_id, request_id=request_id)
             deadline = self.clock() + max(0.0, timeout)
+            waited = False
             while not view.terminal:
                 now = self.clock()
                 remaining = deadline - now
@@ -215,6 +218,7 @@ class RequestService:
                     break
                 until_expiry = max(view.expires_at - now, 0.0)
                 await asyncio.wait((fut,), timeout=min(remaining, until_expiry) + 0.001)
+                waited = True
                 woke = fut.result() if fut.done() else None
                 if fut.done():
                     waiters.discard(fut)
@@ -224,6 +228,8 @@ class RequestService:
                     view = woke
                 else:
                     view = await self.get(tenant_id=tenant_id, request_id=request_id)
+            if waited and view.terminal and self.on_wake is not None:
+                self.on_wake(view)
             return view
         finally:
             waiters.discard(fut)

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,6 +52,7 @@ from handraise.core.connectors import AnswerOutcome, Connector, invalid_answer_t
 from handraise.core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
 from handraise.core.redaction import redact
 from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
+from handraise.core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,48 @@ class MatrixConnector(Connector):
     """
 
     name = "matrix"
+
+    @classmethod
+    async def check(cls, settings: MatrixSettings, *, app_settings: Settings,
+                    http: aiohttp.ClientSession) -> list[str]:
+        """whoami with the access token, then per room: joined, not encrypted, power to post and to redact."""
+        token = settings.access_token.get_secret_value() if settings.access_token is not None else None
+        if token is None:
+            saved = _saved_session(settings)
+            if saved is None:
+                return ["password login: no saved session to check yet (logging in here would replace the "
+                        "server's); start handraise serve once, or give access_token"]
+            token = saved
+        base = f"{settings.homeserver}/_matrix/client/v3"
+        headers = {"Authorization": f"Bearer {token}"}
+
+        async def get(path: str) -> tuple[int, Any]:
+            async with http.get(f"{base}{path}", headers=headers, timeout=aiohttp.ClientTimeout(total=15)) as resp:
+                return resp.status, await resp.json(content_type=None)
+
+        try:
+            status, me = await get("/account/whoami")
+            if status != 200:
+                return [f"whoami refused the access token ({me.get('errcode', status)}); check [matrix] "
+                        "access_token"]
+            if me.get("user_id") != settings.user_id:
+                return [f"the access token belongs to {me.get('user_id')}, not matrix.user_id {settings.user_id}"]
+            _status, joined = await get("/joined_rooms")
+            problems = []
+            for tenant_id, tenant in settings.tenants.items():
+                for room_id in tenant.room_ids:
+                    if room_id not in joined.get("joined_rooms", []):
+                        problems.append(f"room {room_id} (tenant {tenant_id}): the bot is not in it; invite "
+                                        f"{settings.user_id} (handraise serve accepts the invite)")
+                        continue
+                    status, state = await get(f"/rooms/{urllib.parse.quote(room_id)}/state")
+                    if status != 200 or not isinstance(state, list):
+                        problems.append(f"room {room_id}: cannot read its state ({status})")
+                        continue
+                    problems += _room_problems(room_id, settings.user_id, state)
+            return problems
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            return [f"cannot reach {settings.homeserver} ({type(e).__name__}); check [matrix] homeserver"]
     settings_model = MatrixSettings
     # How many events one sync returns per room; a longer gap is paged in from /messages.
     timeline_limit: ClassVar[int] = 50
@@ -690,3 +734,34 @@ def _notice_lines(message: str) -> list[str]:
 
 def _level(value: float) -> str:
     return "creator (unlimited)" if math.isinf(value) else str(int(value))
+
+
+def _saved_session(settings: MatrixSettings) -> str | None:
+    """The access token a password login saved under store_path (as ``_session_file`` names it), if any."""
+    if settings.store_path is None:
+        return None
+    name = hashlib.sha256(f"{settings.homeserver} {settings.user_id}".encode()).hexdigest()[:16]
+    try:
+        data = json.loads((Path(settings.store_path) / f"session-{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("access_token") if data.get("user_id") == settings.user_id else None
+
+
+def _room_problems(room_id: str, user_id: str, state: list[dict[str, Any]]) -> list[str]:
+    """What would stop the bot in a room, from its state (doctor's words for what start() logs)."""
+    problems = []
+    if any(e.get("type") == "m.room.encryption" for e in state):
+        problems.append(f"room {room_id} is end-to-end encrypted, which Handraise cannot read; use an "
+                        "unencrypted room")
+    power = power_of(user_id, state)
+    for event_type, what in (("m.room.message", "post cards"), ("m.reaction", "react")):
+        needed = level_needed(state, event_type=event_type)
+        if power < needed:
+            problems.append(f"room {room_id}: the bot cannot {what} (power {_level(power)}, needs {_level(needed)}); "
+                            "raise its power level")
+    needed = level_needed(state, event_type="m.room.redaction", redact=True)
+    if power < needed:
+        problems.append(f"room {room_id}: the bot cannot redact chat replies to sensitive requests (power "
+                        f"{_level(power)}, needs {_level(needed)}); give it power level {_level(needed)}")
+    return problems

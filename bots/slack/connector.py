@@ -45,6 +45,7 @@ from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
 from handraise.core.connectors import AnswerOutcome, rating_value
 from handraise.core.errors import ConnectorError, NotFoundError
+from handraise.core.config import Settings
 
 LEADER = "slack-socket"
 # How often a follower asks for the Socket Mode lock, and the leader checks it still holds it.
@@ -67,6 +68,32 @@ _SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
 class SlackConnector(ChatConnector):
     name = "slack"
     settings_model = SlackSettings
+
+    @classmethod
+    async def check(cls, settings: SlackSettings, *, app_settings: Settings,
+                    http: aiohttp.ClientSession) -> list[str]:
+        """auth.test with the bot token; in Socket Mode, apps.connections.open with the app token."""
+
+        async def call(method: str, token: str) -> tuple[bool, str]:
+            try:
+                async with http.post(f"{settings.api_url}{method}", headers={"Authorization": f"Bearer {token}"},
+                                     timeout=aiohttp.ClientTimeout(total=15)) as resp:
+                    body = await resp.json(content_type=None)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                return False, f"cannot reach {settings.api_url} ({type(e).__name__})"
+            ok = isinstance(body, dict) and body.get("ok") is True
+            return ok, "" if ok else str(body.get("error") if isinstance(body, dict) else resp.status)
+
+        problems = []
+        ok, error = await call("auth.test", settings.bot_token.get_secret_value())
+        if not ok:
+            problems.append(f"auth.test refused the bot token ({error}); check [slack] bot_token (xoxb-…)")
+        if settings.mode == "socket" and settings.app_token is not None:
+            ok, error = await call("apps.connections.open", settings.app_token.get_secret_value())
+            if not ok:
+                problems.append(f"apps.connections.open refused the app token ({error}); check [slack] app_token "
+                                "(xapp-…, connections:write)")
+        return problems
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

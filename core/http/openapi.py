@@ -45,6 +45,13 @@ PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("Liveness and store check", scopes=None,
                             ok={"200": {"description": "Serving"}, "503": {"description": "Store unavailable"}})},
     "/openapi.json": {"get": _op("This document", scopes=None, ok={"200": {"description": "OpenAPI 3.1"}})},
+    "/": {"get": _op("A small HTML page: name, version, where to go", scopes=None,
+                     ok={"200": {"description": "HTML"}})},
+    "/docs": {"get": _op("This document rendered as HTML (served from the package, no script)", scopes=None,
+                         ok={"200": {"description": "HTML"}})},
+    "/metrics": {"get": _op("Prometheus metrics of this instance (text format; no tenant labels)",
+                            scopes=["metrics"], ok={"200": {"description": "Prometheus text format 0.0.4"}},
+                            errors=(401, 403))},
     "/v1/requests": {
         "post": _op("Create a request (idempotent on unique_id)", scopes=["ask"], body=_CREATE,
                     ok={"201": _json(_REQUEST, "Created"), "200": _json(_REQUEST, "Same unique_id, same body")},

@@ -1,0 +1,199 @@
+"""``handraise doctor``: check a configuration end to end, one finding per line, each with its fix.
+
+It changes nothing: it opens no store for writing (no migration runs), joins no
+room and sends no message. Checks: the config and every enabled connector's
+section; the store is reachable, new enough and migrated to the head; each
+enabled connector's credentials work (its ``check``); ``public_url`` reaches a
+Handraise server; every tenant has an ``ask`` and an ``answer`` key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from handraise.core.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: what was checked, whether it passed, and (when not) the fix."""
+
+    ok: bool
+    subject: str
+    message: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.subject}: {self.message}"
+
+
+def passed(subject: str, message: str) -> Finding:
+    return Finding(True, subject, message)
+
+
+def failed(subject: str, message: str) -> Finding:
+    return Finding(False, subject, message)
+
+
+def migrations_head() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", "handraise.core:migrations")
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None
+    return head
+
+
+async def check_store(settings: Settings) -> tuple[list[Finding], list[dict[str, Any]] | None]:
+    """The store's findings, and its stored API keys when it could be read (for the key check)."""
+    from handraise.core.app import check_postgres_version
+    from handraise.core.cli import store_description
+    from handraise.core.errors import UnavailableError
+    from handraise.core.store import Store
+
+    store = Store(url=settings.storage.url)
+    where = store_description(settings)
+    head = migrations_head()
+    if store.is_postgres:
+        import asyncpg
+
+        try:
+            major, minor = await check_postgres_version(store.asyncpg_dsn())
+        except UnavailableError as e:
+            return [failed("store", f"{e.message}; upgrade the server or point [storage] url elsewhere")], None
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as e:
+            return [failed("store", f"{where}: cannot connect ({_reason(e)}); check [storage] url "
+                                    "(HANDRAISE_STORAGE__URL) and that PostgreSQL runs")], None
+        conn = await asyncpg.connect(store.asyncpg_dsn(), timeout=10)
+        try:
+            try:
+                revision = await conn.fetchval("SELECT version_num FROM alembic_version")
+            except asyncpg.UndefinedTableError:
+                revision = None
+            keys = [dict(r) for r in await conn.fetch("SELECT * FROM api_keys")] if revision else None
+        finally:
+            await conn.close()
+        version = f"PostgreSQL {major}.{minor} (13+ needed)"
+    else:
+        path = store.sqlite_path
+        if path is None or not path.exists():
+            return [failed("store", f"{where} does not exist yet; handraise serve creates it (and every "
+                                    "command uses the same file)")], None
+        try:
+            revision, keys = await asyncio.to_thread(_sqlite_revision_and_keys, path)
+        except sqlite3.Error as e:
+            return [failed("store", f"{where}: cannot be read ({e}); check [storage] url and the file")], None
+        version = f"SQLite {sqlite3.sqlite_version}"
+    if revision is None:
+        return [failed("store", f"{where} has no tables yet; start handraise serve once to migrate it")], None
+    if revision != head:
+        return [failed("store", f"{where} is at migration {revision}, this version needs {head}; start handraise "
+                                "serve once (it migrates) or check that every instance runs the same version")], keys
+    return [passed("store", f"{where} ({version}, migrated to {head})")], keys
+
+
+def _sqlite_revision_and_keys(path: Path) -> tuple[str | None, list[dict[str, Any]] | None]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.OperationalError:
+            return None, None
+        revision = row[0] if row else None
+        keys = [dict(r) for r in conn.execute("SELECT * FROM api_keys")] if revision else None
+        return revision, keys
+    finally:
+        conn.close()
+
+
+def check_keys(settings: Settings, stored: list[dict[str, Any]] | None) -> list[Finding]:
+    findings = []
+    for tenant in settings.tenants:
+        scopes: set[str] = {s for key in tenant.keys for s in key.scopes}
+        for row in stored or []:
+            if row["tenant_id"] == tenant.id and not row["revoked_at"]:
+                scopes.update(row["scopes"].split(","))
+        flag = "" if len(settings.tenants) == 1 else f" --tenant {tenant.id}"
+        missing = [s for s in ("ask", "answer") if s not in scopes]
+        if missing:
+            fixes = " and ".join(f"handraise keys create{flag} --scopes {'answer,read' if s == 'answer' else s}"
+                                 for s in missing)
+            findings.append(failed(f"tenant {tenant.id}", f"no {' and no '.join(missing)} key; make one: {fixes}"))
+        else:
+            findings.append(passed(f"tenant {tenant.id}", "has an ask key and an answer key"))
+    return findings
+
+
+async def check_public_url(settings: Settings, http: aiohttp.ClientSession) -> Finding:
+    server = settings.server.model_copy()
+    server.served_at(server.host, server.port)
+    url = server.public_url
+    fix = ("start handraise serve, or set [server] public_url to the address humans reach"
+           if not settings.server.public_url_set else "check [server] public_url and the proxy in front")
+    try:
+        async with http.get(f"{url}/openapi.json", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            title = (await resp.json(content_type=None)).get("info", {}).get("title") if resp.status == 200 else None
+            if title != "Handraise":
+                return failed("public_url", f"{url} answers, but not as Handraise (HTTP {resp.status}); {fix}")
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+        return failed("public_url", f"{url} does not answer ({_reason(e)}); {fix}")
+    return passed("public_url", f"{url} reaches a Handraise server")
+
+
+async def check_connectors(settings: Settings, http: aiohttp.ClientSession) -> list[Finding]:
+    from handraise.core.connectors import load_enabled
+    from handraise.core.errors import ConfigError
+
+    try:
+        classes = load_enabled(settings)
+    except ConfigError as e:
+        return [failed("connectors", e.message)]
+    findings = []
+    for cls in classes:
+        if cls.name == "web":
+            continue
+        try:
+            connector_settings = cls.load_settings(settings)
+        except ConfigError as e:
+            findings.append(failed(cls.name, e.message))
+            continue
+        try:
+            problems = await cls.check(connector_settings, app_settings=settings, http=http)
+        except Exception as e:  # a check must report, never crash the report
+            problems = [f"the check itself failed ({_reason(e)})"]
+        if problems is None:
+            findings.append(passed(cls.name, "configured (this connector has no live check)"))
+        elif problems:
+            findings.extend(failed(cls.name, p) for p in problems)
+        else:
+            findings.append(passed(cls.name, "credentials accepted, targets reachable"))
+    return findings
+
+
+async def run(settings: Settings) -> list[Finding]:
+    findings = [passed("config", "loads, every section valid" if settings.source is None
+                       else f"{settings.source} loads, every section valid")]
+    async with aiohttp.ClientSession() as http:
+        store_findings, keys = await check_store(settings)
+        findings += store_findings
+        findings += await check_connectors(settings, http)
+        findings.append(await check_public_url(settings, http))
+    # Keys may live in the config alone; a store that could not be read has failed above already.
+    findings += check_keys(settings, keys or [])
+    return findings
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

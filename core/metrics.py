@@ -1,0 +1,95 @@
+"""This instance's Prometheus metrics (``prometheus-client``), one registry per application.
+
+Counts come from the event bus (events that happened here, ``Event.local``, so
+several instances behind one PostgreSQL do not count each other's work), from
+small hooks (the dispatcher's delivery outcomes, the service's wake-ups, the
+access log) and, at scrape time, from live gauges (agents waiting, SSE
+subscribers). No label names a tenant: a ``metrics`` key belongs to one tenant,
+and must not learn who the others are or how busy they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTATED, Event
+
+if TYPE_CHECKING:
+    from handraise.core.api import RequestView
+    from handraise.core.service import RequestService
+
+# The text format every Prometheus reads (generate_latest writes it; newer clients call it 1.0.0).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Wake latency (resolution committed → the waiting agent's call returns) is sub-millisecond on one
+# instance and a few ms across instances: buckets from 0.1 ms to 1 s.
+_WAKE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_HTTP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0)
+
+
+class Metrics:
+    """The counters, histograms and gauges of one running application."""
+
+    def __init__(self, *, service: RequestService) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests_created = Counter("handraise_requests_created", "Requests created on this instance",
+                                        registry=r)
+        self.requests_resolved = Counter(
+            "handraise_requests_resolved", "Requests that became terminal on this instance, by final status and "
+            "by the route that resolved them (web, api, telegram, slack, matrix, timeout ...)",
+            ["status", "via"], registry=r)
+        self.wake_latency = Histogram("handraise_wake_latency_seconds",
+                                      "From a resolution to the waiting agent's call returning", registry=r,
+                                      buckets=_WAKE_BUCKETS)
+        self.deliveries = Counter("handraise_deliveries", "Delivery attempts by channel and outcome "
+                                  "(sent, retry, failed, withdrawn)", ["channel", "outcome"], registry=r)
+        self.annotations = Counter("handraise_annotations", "Run annotations recorded, by signal kind",
+                                   ["kind"], registry=r)
+        self.http_requests = Counter("handraise_http_requests", "HTTP requests served, by method and status",
+                                     ["method", "status"], registry=r)
+        self.http_duration = Histogram("handraise_http_request_duration_seconds", "HTTP request durations "
+                                       "(long-polls and event streams included)", registry=r, buckets=_HTTP_BUCKETS)
+        waiting = Gauge("handraise_agents_waiting", "Agent calls waiting for an answer on this instance",
+                        registry=r)
+        waiting.set_function(lambda: service.waiting)
+        subscribers = Gauge("handraise_sse_subscribers", "Open event streams (GET /v1/events) on this instance",
+                            registry=r)
+        subscribers.set_function(lambda: service.bus.subscriber_count)
+        self._clock = service.clock
+        service.bus.add_listener(self.on_event)
+        service.on_wake = self.on_wake
+
+    # -- hooks -----------------------------------------------------------------
+
+    def on_event(self, ev: Event) -> None:
+        if not ev.local:
+            return
+        if ev.type == REQUEST_CREATED:
+            self.requests_created.inc()
+        elif ev.type == REQUEST_RESOLVED:
+            status = str(ev.data.get("status", "unknown"))
+            via = {"expired": "timeout", "cancelled": "api"}.get(status) or str(ev.data.get("answered_via") or "")
+            self.requests_resolved.labels(status, via or "unknown").inc()
+        elif ev.type == RUN_ANNOTATED:
+            signal = ev.data.get("signal")
+            kind = signal.get("kind") if isinstance(signal, dict) else None
+            self.annotations.labels(str(kind or "unknown")).inc()
+
+    def on_wake(self, view: RequestView) -> None:
+        if view.resolved_at is not None:
+            self.wake_latency.observe(max(0.0, self._clock() - view.resolved_at))
+
+    def on_delivery(self, channel: str, outcome: str) -> None:
+        self.deliveries.labels(channel, outcome).inc()
+
+    def on_http(self, method: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, str(status)).inc()
+        self.http_duration.observe(seconds)
+
+    # -- exposition ------------------------------------------------------------
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
