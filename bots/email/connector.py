@@ -195,7 +195,11 @@ class EmailConnector(ChatConnector):
         if mail.message is None:
             self.log.info("email: a mail too large to read was skipped", extra={"size": mail.size})
             return "keep"
-        arrival = classify(mail.message, self.mailbox)
+        try:
+            arrival = classify(mail.message, self.mailbox)
+        except Exception as e:  # a mail is untrusted input: a broken one must not wedge the mailbox
+            self.log.warning("email: unreadable mail skipped (%s)", type(e).__name__)
+            return "keep"
         if arrival.kind in ("automatic", "unmatched"):
             self.log.info("email: mail ignored", extra={"kind": arrival.kind})
             return "keep"
@@ -254,9 +258,19 @@ class EmailConnector(ChatConnector):
             # or a forgery. Refused without a reply: the From may be anyone's.
             await self._refuse(tenant_id, request_id, sender, "sender_mismatch")
             return
-        text = reply_text(held.mail.message)
-        outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                              text=text, message=held)
+        try:
+            text = reply_text(held.mail.message)
+        except Exception as e:  # the same: a body no parser reads is no answer
+            self.log.warning("email: unreadable reply skipped (%s)", type(e).__name__)
+            text = ""
+        if text.strip():
+            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                                  text=text, message=held)
+        else:
+            # Only a quote, or a body nothing can read: no answer, and an empty one must not count as one.
+            outcome = AnswerOutcome("text_only", wording.text("text_only"),
+                                    await self.service.get(tenant_id=tenant_id, request_id=request_id,
+                                                           with_deliveries=False))
         self.log.info("email: reply handled", extra={"request_id": request_id, "outcome": outcome.code})
         if outcome.code not in _SILENT:
             await self._reply(outcome, recipient, arrival)

@@ -9,6 +9,7 @@ unmarked. People answer above the quote (top-posting) or below it (bottom-postin
 from __future__ import annotations
 
 import re
+from email import errors
 from email.message import EmailMessage, Message
 from html.parser import HTMLParser
 
@@ -31,6 +32,8 @@ _CLOSINGS = frozenset(word.casefold() for word in (
     "thanks a lot", "cheers", "all the best", "sincerely", "yours", "br", "viele grüße", "mit freundlichen grüßen",
     "liebe grüße", "gruß", "grüße", "cordialement", "merci"))
 _CLOSING_TAIL_LINES = 4
+_BROKEN_ENCODING = (errors.InvalidBase64CharactersDefect, errors.InvalidBase64PaddingDefect,
+                    errors.InvalidBase64LengthDefect)
 
 
 def reply_text(message: Message) -> str:
@@ -60,11 +63,16 @@ def _bodies(message: Message) -> tuple[str | None, str | None]:
 
 
 def _decoded(part: Message) -> str:
+    """The part's text; nothing when its transfer encoding is broken (garbage is no answer)."""
     if isinstance(part, EmailMessage):
         try:
-            return str(part.get_content())
+            content = str(part.get_content())
         except (LookupError, UnicodeError, ValueError):
-            pass
+            content = None
+        if any(isinstance(d, _BROKEN_ENCODING) for d in part.defects):
+            return ""
+        if content is not None:
+            return content
     payload = part.get_payload(decode=True)
     if not isinstance(payload, bytes):
         return ""

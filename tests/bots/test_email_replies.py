@@ -182,7 +182,7 @@ async def test_a_reply_to_a_sensitive_request_is_deleted_and_pointed_to_the_form
     async with email_app(sqlite_url, mail.section()) as api:
         request, question = await _question(api, mail, {"unique_id": "secret-1", "sensitive": True,
                                                          "message_for_user": "The vault PIN?"})
-        assert "answer by reply" not in question.part("plain").lower()
+        assert "reply with" not in question.part("plain").lower()
         reply = reply_to(question, sender=mail.alice, text="4711-9932")
         uid = await mail.deliver(reply)
         notice = await _notice(mail, reply)
@@ -303,3 +303,37 @@ async def test_one_instance_reads_the_mailbox_on_postgresql(pg_url: str, mail: S
             await asyncio.wait_for(reader.reader.pass_done.wait_for(lambda: reader.reader.passes >= target), 15)
         notices = [m for m in mail.smtp.to(mail.alice) if m.message["In-Reply-To"] == wrong["Message-ID"]]
         assert len(notices) == 1  # read once, by one instance
+
+
+async def test_broken_and_hostile_mail_is_skipped_and_script_stays_text(sqlite_url: str, mail: Setup) -> None:
+    async with email_app(sqlite_url, mail.section()) as api:
+        request, question = await _question(api, mail, {"unique_id": "hostile-1", "message_for_user": "Name?"})
+        reply_address = str(question.message["Reply-To"])
+        in_thread = f"In-Reply-To: {question.message['Message-ID']}\r\n"
+        broken_body = (f"From: {mail.alice}\r\nTo: {reply_address}\r\nSubject: Re\r\nMIME-Version: 1.0\r\n"
+                       f"Message-ID: <broken@mail.example.test>\r\n{in_thread}"
+                       "Content-Type: multipart/mixed; boundary=\"never-closed\"\r\n\r\n--never-closed\r\n"
+                       "Content-Type: text/plain; charset=x-no-such-charset\r\n"
+                       "Content-Transfer-Encoding: base64\r\n\r\n!!!not base64!!!\r\n").encode()
+        for raw in (b"\x00\xff garbage that is no mail at all \r\n\r\n\xfe",
+                    (f"From: {mail.alice}, {mail.bob}\r\nTo: {reply_address}\r\nSubject: two senders\r\n\r\n"
+                     "Bob\r\n").encode(),
+                    broken_body):
+            await mail.deliver(raw)
+        notice = await mail.smtp.wait_for(lambda m: m.message["In-Reply-To"] == "<broken@mail.example.test>")
+        assert "Please answer with a text reply" in notice[0].part("plain")
+        await handled(api)
+        assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
+        # A long header and a script: the answer is stored as the text it is, and shown escaped.
+        script = (f"From: {mail.alice}\r\nTo: {reply_address}\r\nSubject: Re\r\nX-Long: {'a' * 20000}\r\n"
+                  f"Message-ID: <script@mail.example.test>\r\n\r\n<script>alert(1)</script>\r\n").encode()
+        await mail.deliver(script)
+        done = await api.wait(request["id"])
+        assert done["response"] == "<script>alert(1)</script>"
+        *_, outcome = await mail.smtp.wait_to(mail.alice, count=3)
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in outcome.part("html") and "<script>" not in outcome.part("html")
+        late = reply_to(question, sender=mail.alice, text="Alice")
+        await mail.deliver(late)
+        assert "already answered" in (await _notice(mail, late)).part("plain")
+        await handled(api, passes=1)  # the pass that sent the notice flags the mail when it ends
+        assert all("$HandraiseDone" in f for f in (await mail.flags()).values())
