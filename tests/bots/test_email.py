@@ -344,3 +344,21 @@ async def test_the_deadline_is_in_the_tenants_time_zone(sqlite_url: str, smtp_se
         assert local.tzname() in ("EST", "EDT")
         for text in (mail.part("plain"), mail.part("html")):
             assert expected in text
+
+
+async def test_a_sensitive_answer_never_appears_in_a_mail(sqlite_url: str, smtp_server: SmtpRecorder) -> None:
+    alice, bob = unique_address("alice"), unique_address("bob")
+    async with email_app(sqlite_url, email_section(smtp_server, recipients=[alice, bob])) as api:
+        request = await api.create({"unique_id": "sens-out-1", "message_for_user": "The vault PIN?",
+                                    "schema": {"type": "string", "pattern": "^[0-9]{6}$"}, "sensitive": True})
+        (question,) = await smtp_server.wait_to(alice)
+        status, html = await open_page(api, form_link(question))
+        assert status == 200
+        status, _ = await post_form(api, form_link(question), [("answer", "493817")], html)
+        assert status == 200
+        assert (await api.wait(request["id"]))["status"] == "answered"
+        for person in (alice, bob):
+            *_, outcome = await smtp_server.wait_to(person, count=2)
+            assert "Answered by" in outcome.part("plain") and "via email" in outcome.part("plain")
+        await api.app[DISPATCHER].idle()
+        assert all("493817" not in m.raw.decode("utf-8", "replace") for m in smtp_server.to(alice) + smtp_server.to(bob))
