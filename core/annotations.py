@@ -20,19 +20,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from handraise.core.api import RequestView, iso
+from handraise.core.api import RequestView, iso, optional_not_null, pydantic_details
 from handraise.core.config import Settings
 from handraise.core.errors import (
     BadRequestError,
     CapabilityNotProvidedError,
     ConflictError,
     ForbiddenError,
-    PayloadTooLargeError,
     ValidationFailedError,
 )
 from handraise.core.events import RUN_ANNOTATED, Event, EventBus
 from handraise.core.redaction import redact, redact_value
 from handraise.core.store import Store
+from handraise.core.text import label, prose
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ SignalKind = Literal["rating", "correction", "label", "flag"]
 
 # Ids match the store's column widths; an id is an identifier, not prose.
 MAX_ID_CHARS = 200
-# Free text is capped per field; beyond it the answer is 413 like any oversized body.
+# Free text is capped per field: 422 beyond it, as the RFC's schema (and our OpenAPI) says maxLength.
 MAX_TEXT_CHARS: dict[str, int] = {"signal.label": 500, "signal.correction": 10_000, "note": 10_000}
 DEFAULT_PAGE = 100
 MAX_PAGE = 500
@@ -59,6 +59,13 @@ _ID_KEYS = frozenset({"unique_id", "link_id", "annotation_id", "supersedes", "ev
 
 # -- the RFC 0056 schema, as pydantic models -----------------------------------
 
+# Ids are one line; free text may span lines; each is capped (422 beyond the cap).
+AnnotationId = label(min_length=1, max_length=MAX_ID_CHARS)
+AnnotationRef = label(min_length=1, max_length=64)
+SignalLabel = label(min_length=1, max_length=MAX_TEXT_CHARS["signal.label"])
+Correction = prose(max_length=MAX_TEXT_CHARS["signal.correction"])
+Note = prose(max_length=MAX_TEXT_CHARS["note"])
+
 
 def _no_null(value: Any) -> Any:
     # JSON Schema's "type": "string" refuses null; pydantic's Optional would take it.
@@ -70,11 +77,11 @@ def _no_null(value: Any) -> Any:
 class AnnotationTarget(BaseModel):
     """``target``: the run, and optionally one event or node in it. ``runId`` defaults to the path."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=optional_not_null)
 
-    runId: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
-    eventId: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
-    nodeId: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    runId: AnnotationId | None = None
+    eventId: AnnotationId | None = None
+    nodeId: AnnotationId | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -85,13 +92,13 @@ class AnnotationTarget(BaseModel):
 class AnnotationSignal(BaseModel):
     """``signal``: ``rating`` iff kind=rating (1..5), ``label`` iff kind=label, ``correction`` iff kind=correction."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=optional_not_null)
 
     kind: SignalKind
     rating: int | None = Field(default=None, ge=1, le=5)
-    label: str | None = Field(default=None, min_length=1)
+    label: SignalLabel | None = None
     # An empty correction is allowed: "the right output was nothing" is a correction.
-    correction: str | None = None
+    correction: Correction | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -117,13 +124,13 @@ class AnnotationSignal(BaseModel):
 class AnnotationBody(BaseModel):
     """What a client sends: the RFC's Annotation minus ``annotationId``, ``actor`` and ``createdAt``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=optional_not_null)
 
     target: AnnotationTarget | None = None
     signal: AnnotationSignal
-    note: str | None = None
+    note: Note | None = None
     # Additive (RFC open question 1): the annotation of the same run this one replaces.
-    supersedes: str | None = Field(default=None, min_length=1, max_length=64)
+    supersedes: AnnotationRef | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -218,7 +225,7 @@ class AnnotationService:
     # -- validation ------------------------------------------------------------
 
     def parse(self, body: Any) -> AnnotationBody:
-        """Validate a client body against the RFC schema: 422 with details per field, 413 for oversized text."""
+        """Validate a client body against the RFC schema: 422 with details per field."""
         if not isinstance(body, dict):
             raise ValidationFailedError("the body must be a JSON object")
         assigned = [k for k in SERVER_ASSIGNED if k in body]
@@ -229,17 +236,11 @@ class AnnotationService:
         try:
             parsed = AnnotationBody.model_validate(body)
         except ValidationError as e:
-            raise ValidationFailedError("the annotation is not valid", fields=_details(e)) from None
+            raise ValidationFailedError("the annotation is not valid", fields=pydantic_details(e)) from None
         details = _signal_details(parsed.signal)
         if details:
             raise ValidationFailedError("the annotation is not valid: " + "; ".join(
                 f"{d['field']} {d['message']}" for d in details), fields=details)
-        oversized = [{"field": name, "message": f"at most {limit} characters"}
-                     for name, limit in MAX_TEXT_CHARS.items()
-                     if len(_text_field(parsed, name) or "") > limit]
-        if oversized:
-            raise PayloadTooLargeError("; ".join(f"{d['field']}: {d['message']}" for d in oversized),
-                                       fields=oversized)
         return parsed
 
     # -- record ----------------------------------------------------------------
@@ -250,7 +251,7 @@ class AnnotationService:
 
         ``principal`` is who acts (``operator:<key id>``, ``telegram:<user id>`` …): never taken from the
         body. ``via`` names the channel in the journal. Raises CapabilityNotProvidedError (501),
-        ValidationFailedError (422), PayloadTooLargeError (413), ForbiddenError (403, superseding another
+        ValidationFailedError (422), ForbiddenError (403, superseding another
         actor's annotation), ConflictError (409, the superseded annotation was superseded already).
         """
         self.require_enabled()
@@ -408,21 +409,6 @@ class AnnotationService:
 # -- helpers -------------------------------------------------------------------
 
 
-def _details(error: ValidationError) -> list[dict[str, str]]:
-    """pydantic's errors as ``{"field", "message"}``, in the RFC's field names, never echoing the input."""
-    out = []
-    for e in error.errors():
-        name = ".".join(str(p) for p in e["loc"]) or "(body)"
-        if e["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif e["type"] == "missing":
-            message = "is required"
-        else:
-            message = e["msg"].removeprefix("Value error, ")
-        out.append({"field": name, "message": message})
-    return out
-
-
 def _signal_details(signal: AnnotationSignal) -> list[dict[str, str]]:
     """The RFC's "required iff kind=…" rules, which its JSON Schema states only in prose."""
     out = []
@@ -433,12 +419,6 @@ def _signal_details(signal: AnnotationSignal) -> list[dict[str, str]]:
         elif signal.kind != member and present:
             out.append({"field": f"signal.{member}", "message": f"is only allowed when kind is {member}"})
     return out
-
-
-def _text_field(body: AnnotationBody, name: str) -> str | None:
-    if name == "note":
-        return body.note
-    return getattr(body.signal, name.removeprefix("signal."))
 
 
 def _check_run_id(run_id: str) -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from handraise.core.errors import ValidationFailedError
+from handraise.core.text import label, prose
 
 Kind = Literal["input", "approval", "choice"]
 Status = Literal["pending", "answered", "expired", "cancelled"]
@@ -20,34 +23,53 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# -- request bodies: strict types, unknown fields refused -----------------------
+
+# Strict: ``"timeout_seconds": true`` or ``"120"`` is a 422, never a request that expires in 1 s.
+_BODY = ConfigDict(extra="forbid", strict=True)
+MAX_ID_CHARS = 200
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable() or value != value.strip():
+        raise ValueError("must be printable, without leading or trailing spaces")
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's "integer" takes 120.0; a strict int would not. true and "120" stay refused.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The agent's own name for a request: what it retries with, so exactly what it sent.
+UniqueId = Annotated[label(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(_printable)]
+# A run, recipient or channel name: one line, 1 to 200 characters.
+Id = label(min_length=1, max_length=MAX_ID_CHARS)
+
+
 class CreateRequestBody(BaseModel):
     """The body of ``POST /v1/requests`` and of the blocking ``POST /v1/human-feedback``."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    model_config = ConfigDict(**_BODY, title="CreateRequest")
 
-    unique_id: str = Field(min_length=1, max_length=200)
-    message_for_user: str = Field(min_length=1)
-    timeout_seconds: int | None = Field(default=None)
+    unique_id: UniqueId
+    message_for_user: Annotated[prose(min_length=1), AfterValidator(_not_blank)]
+    timeout_seconds: Annotated[int | None, BeforeValidator(_integral)] = Field(default=None, ge=1)
     # ``schema`` shadows a pydantic attribute, hence the alias.
-    form_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    form_schema: dict[str, Any] | None = Field(
+        default=None, alias="schema", description="A JSON schema in the supported form subset")
     kind: Kind = "input"
     sensitive: bool = False
-    run_id: str | None = Field(default=None, min_length=1, max_length=200)
-    channels: list[str] | None = Field(default=None, max_length=16)
-
-    @field_validator("unique_id")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if not value.isprintable() or value != value.strip():
-            raise ValueError("must be printable, without leading or trailing spaces")
-        return value
-
-    @field_validator("message_for_user")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return value
+    run_id: Id | None = None
+    channels: list[Id] | None = Field(default=None, max_length=16)
 
     def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
         """What makes two creates 'the same body': every field, defaults filled in."""
@@ -64,18 +86,66 @@ class CreateRequestBody(BaseModel):
 
 
 class SubmitBody(BaseModel):
-    """``POST /api/human-feedback/submit``."""
+    """``POST /api/human-feedback/submit``: the answer to the request with this ``unique_id``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(**_BODY, title="Submission")
 
-    unique_id: str = Field(min_length=1, max_length=200)
-    response: Any = None
+    unique_id: UniqueId
+    # Required, though null is a value (refused by most schemas, with the reason).
+    response: Any = Field(json_schema_extra={"description": "The answer, valid against the request's schema"})
 
 
 class LinkBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``POST /v1/requests/{id}/links``."""
 
-    recipient: str | None = Field(default=None, min_length=1, max_length=200)
+    model_config = ConfigDict(**_BODY, title="LinkRequest")
+
+    recipient: Id | None = None
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_body(model: type[ModelT], raw: Any, *, what: str) -> ModelT:
+    """A JSON body as ``model``, or 422 ``validation_error`` with a problem per field."""
+    if not isinstance(raw, dict):
+        raise ValidationFailedError("the body must be a JSON object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise ValidationFailedError(f"the {what} is not valid", fields=pydantic_details(e)) from None
+
+
+def optional_not_null(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` for a model whose optional fields refuse null: document them as such.
+
+    pydantic writes ``X | None = None`` as ``anyOf: [X, null]``; such a model's validators refuse
+    null ("leave the field out instead"), and the OpenAPI document must say what the server does.
+    """
+    for prop in schema.get("properties", {}).values():
+        arms = prop.get("anyOf")
+        if isinstance(arms, list) and {"type": "null"} in arms:
+            rest = [arm for arm in arms if arm != {"type": "null"}]
+            del prop["anyOf"]
+            prop.update(rest[0] if len(rest) == 1 else {"anyOf": rest})
+        if prop.get("default", 0) is None:
+            del prop["default"]
+
+
+def pydantic_details(error: ValidationError) -> list[dict[str, str]]:
+    """pydantic's errors as ``{"field", "message"}`` in the API's field names, never echoing the input."""
+    out = []
+    for e in error.errors():
+        loc = [str(p) for p in e["loc"]]
+        name = "schema" if loc[:1] == ["form_schema"] else ".".join(loc) or "(body)"
+        if e["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif e["type"] == "missing":
+            message = "is required"
+        else:
+            message = e["msg"].removeprefix("Value error, ")
+        out.append({"field": name, "message": message})
+    return out
 
 
 @dataclass(frozen=True)

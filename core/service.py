@@ -18,9 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import ValidationError
-
-from handraise.core.api import CreateRequestBody, LinkView, MintedLink, RequestView
+from handraise.core.api import CreateRequestBody, LinkView, MintedLink, RequestView, parse_body
 from handraise.core.canonical import answer_sha256, canonical_json
 from handraise.core.config import Settings
 from handraise.core.errors import (
@@ -51,16 +49,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(16)}"
 
 
-def pydantic_details(error: ValidationError) -> list[dict[str, str]]:
-    out = []
-    for e in error.errors():
-        loc = [str(p) for p in e["loc"]]
-        name = "schema" if loc[:1] == ["form_schema"] else ".".join(loc)
-        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
-        out.append({"field": name, "message": message})
-    return out
-
-
 class RequestService:
     """Everything a channel (HTTP API, hosted form, chat bot) may do to a request."""
 
@@ -83,12 +71,7 @@ class RequestService:
     # -- create ----------------------------------------------------------------
 
     def parse_create(self, body: Any) -> CreateRequestBody:
-        if not isinstance(body, dict):
-            raise ValidationFailedError("the body must be a JSON object")
-        try:
-            return CreateRequestBody.model_validate(body)
-        except ValidationError as e:
-            raise ValidationFailedError("the request body is not valid", fields=pydantic_details(e)) from None
+        return parse_body(CreateRequestBody, body, what="request body")
 
     async def create(self, *, tenant_id: str, principal: str, body: CreateRequestBody) -> tuple[RequestView, bool]:
         """Store a new request; returns (request, created). An identical retry returns the existing one."""

@@ -9,16 +9,42 @@ from __future__ import annotations
 
 import logging
 
-from aiohttp import web
+from typing import Annotated
 
-from handraise.core.annotations import AnnotationService, parse_time
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from handraise.core.annotations import DEFAULT_PAGE, MAX_PAGE, AnnotationService, parse_time
+from handraise.core.api import Id
 from handraise.core.appkeys import ANNOTATIONS, KEYRING, SETTINGS
-from handraise.core.errors import BadRequestError
 from handraise.core.http.auth import Principal
-from handraise.core.http.middleware import read_json
+from handraise.core.http.input import parse_query, read_json
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
+
+# An ISO 8601 date-time; a blank value is refused rather than read as "no bound".
+DateTime = Annotated[str, Field(min_length=1, max_length=64, json_schema_extra={"format": "date-time"})]
+
+
+class ListAnnotationsQuery(BaseModel):
+    """``GET /v1/runs/{runId}/annotations``: a page, oldest first, after ``cursor``."""
+
+    model_config = ConfigDict(title="ListAnnotationsQuery")
+
+    cursor: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                               description="next_cursor of the previous page, as given")
+    limit: int = Field(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE)
+
+
+class SummaryQuery(BaseModel):
+    """``GET /v1/feedback/summary``: one run, or the window since..until (since before until, else 400)."""
+
+    model_config = ConfigDict(title="SummaryQuery")
+
+    run_id: Id | None = None
+    since: DateTime | None = None
+    until: DateTime | None = None
 
 # OpenWOP protocol version whose discovery document layout (RFC 0073) this host serves.
 OPENWOP_PROTOCOL_VERSION = "1.0"
@@ -75,8 +101,9 @@ async def record_annotation(request: web.Request) -> web.Response:
 async def list_annotations(request: web.Request) -> web.Response:
     service = _gated(request)
     principal = await _principal(request, "read", "annotate")
+    query = parse_query(request, ListAnnotationsQuery)
     page = await service.list(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
-                              cursor=request.query.get("cursor") or None, limit=_limit(request))
+                              cursor=query.cursor, limit=query.limit)
     return web.json_response(page.to_json())
 
 
@@ -84,11 +111,10 @@ async def list_annotations(request: web.Request) -> web.Response:
 async def feedback_summary(request: web.Request) -> web.Response:
     service = _gated(request)
     principal = await _principal(request, "read", "annotate")
-    query = request.query
-    since = parse_time(query["since"], name="since") if query.get("since") else None
-    until = parse_time(query["until"], name="until") if query.get("until") else None
-    summary = await service.summary(tenant_id=principal.tenant_id, run_id=query.get("run_id") or None,
-                                    since=since, until=until)
+    query = parse_query(request, SummaryQuery)
+    since = parse_time(query.since, name="since") if query.since is not None else None
+    until = parse_time(query.until, name="until") if query.until is not None else None
+    summary = await service.summary(tenant_id=principal.tenant_id, run_id=query.run_id, since=since, until=until)
     return web.json_response(summary)
 
 
@@ -98,13 +124,3 @@ async def run_bundle(request: web.Request) -> web.Response:
     principal = await _principal(request, "read")
     bundle = await _service(request).bundle(tenant_id=principal.tenant_id, run_id=request.match_info["runId"])
     return web.json_response(bundle, headers={"Cache-Control": "no-store"})
-
-
-def _limit(request: web.Request) -> int:
-    raw = request.query.get("limit")
-    if raw is None:
-        return 100
-    try:
-        return int(raw)
-    except ValueError:
-        raise BadRequestError("limit must be an integer") from None

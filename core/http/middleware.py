@@ -1,17 +1,21 @@
-"""One error handler: HandraiseError and aiohttp's HTTP errors become OpenWOP's flat error envelope."""
+"""One error handler: HandraiseError and aiohttp's HTTP errors become OpenWOP's flat error envelope.
+
+It also refuses a malformed request line or key header before any handler sees it
+(``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
-from handraise.core.appkeys import SETTINGS
-from handraise.core.errors import BadRequestError, HandraiseError, PayloadTooLargeError, error_body
+from handraise.core.errors import HandraiseError, error_body
+from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.logs import mask_tokens
+
+__all__ = ["error_middleware", "error_response", "read_json"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,7 @@ def error_response(err: HandraiseError) -> web.Response:
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
+        refuse_malformed(request)
         return await handler(request)
     except HandraiseError as e:
         if e.status >= 500:
@@ -45,20 +50,3 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
         return web.json_response(error_body("internal", "internal error"), status=500)
-
-
-async def read_json(request: web.Request) -> Any:
-    """The JSON body, or 400 (malformed) / 413 (over the limit)."""
-    limit = request.config_dict[SETTINGS].server.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLargeError(f"the body is larger than {limit} bytes") from None
-    if not raw:
-        raise BadRequestError("the body is empty; send a JSON object")
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRequestError(f"malformed JSON: {e}") from None

@@ -4,20 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from handraise.core.api import LinkBody, RequestView, SubmitBody
+from handraise.core.api import Id, LinkBody, RequestView, Status, SubmitBody, parse_body
 from handraise.core.appkeys import KEYRING, SERVICE, SETTINGS
-from handraise.core.errors import BadRequestError, ValidationFailedError
 from handraise.core.http.auth import Principal
-from handraise.core.http.middleware import read_json
-from handraise.core.service import pydantic_details
+from handraise.core.http.input import parse_query, read_json
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
+
+# A request view changes as the request moves on, and may carry a sensitive answer: no cache keeps it.
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class ListRequestsQuery(BaseModel):
+    """``GET /v1/requests``: newest first, filtered by status and run."""
+
+    model_config = ConfigDict(title="ListRequestsQuery")
+
+    status: Status | None = None
+    run_id: Id | None = None
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+class WaitQuery(BaseModel):
+    """``GET /v1/requests/{id}/wait``: seconds to wait at most (capped at ``limits.max_wait_seconds``)."""
+
+    model_config = ConfigDict(title="WaitQuery")
+
+    timeout: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 async def _principal(request: web.Request, *scopes: str) -> Principal:
@@ -34,7 +52,7 @@ def _may_see_response(principal: Principal, view: RequestView) -> bool:
 async def send_view(request: web.Request, principal: Principal, view: RequestView, *, status: int = 200) -> web.StreamResponse:
     """Write the request; once a sensitive answer has reached the agent, delete it."""
     include = _may_see_response(principal, view)
-    response = web.json_response(view.to_json(include_response=include), status=status)
+    response = web.json_response(view.to_json(include_response=include), status=status, headers=NO_STORE)
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()
@@ -57,14 +75,11 @@ async def create_request(request: web.Request) -> web.StreamResponse:
 @routes.get("/v1/requests")
 async def list_requests(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "read", "ask")
-    status = request.query.get("status")
-    if status is not None and status not in ("pending", "answered", "expired", "cancelled"):
-        raise BadRequestError("status must be pending, answered, expired or cancelled")
-    limit = _int_query(request, "limit", default=100, low=1, high=500)
-    views = await request.app[SERVICE].list(tenant_id=principal.tenant_id, status=status,
-                                            run_id=request.query.get("run_id"), limit=limit)
+    query = parse_query(request, ListRequestsQuery)
+    views = await request.app[SERVICE].list(tenant_id=principal.tenant_id, status=query.status,
+                                            run_id=query.run_id, limit=query.limit)
     # A list never carries a sensitive response, whoever asks: it is not how an agent collects its answer.
-    return web.json_response({"requests": [v.event_json() for v in views]})
+    return web.json_response({"requests": [v.event_json() for v in views]}, headers=NO_STORE)
 
 
 @routes.get("/v1/requests/{id}")
@@ -77,10 +92,10 @@ async def get_request(request: web.Request) -> web.StreamResponse:
 @routes.get("/v1/requests/{id}/wait")
 async def wait_request(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "ask")
-    cap = request.app[SETTINGS].limits.max_wait_seconds
-    timeout = _float_query(request, "timeout", default=float(cap))
+    cap = float(request.app[SETTINGS].limits.max_wait_seconds)
+    timeout = parse_query(request, WaitQuery).timeout
     view = await request.app[SERVICE].wait(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
-                                           timeout=min(timeout, cap))
+                                           timeout=cap if timeout is None else min(timeout, cap))
     return await send_view(request, principal, view)
 
 
@@ -108,15 +123,7 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
 @routes.post("/api/human-feedback/submit")
 async def submit_answer(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "answer")
-    raw = await read_json(request)
-    if not isinstance(raw, dict):
-        raise ValidationFailedError("the body must be a JSON object")
-    try:
-        body = SubmitBody.model_validate(raw)
-    except ValidationError as e:
-        raise ValidationFailedError("the submission is not valid", fields=pydantic_details(e)) from None
-    if "response" not in raw:
-        raise ValidationFailedError("response is required", fields=[{"field": "response", "message": "is required"}])
+    body = parse_body(SubmitBody, await read_json(request), what="submission")
     view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
                                              response=body.response, principal=principal.name, via="api")
     return web.json_response({"accepted": True, "request": view.to_json(include_response=False)})
@@ -126,43 +133,8 @@ async def submit_answer(request: web.Request) -> web.StreamResponse:
 async def mint_link(request: web.Request) -> web.StreamResponse:
     # answer: any request of the tenant. forward (never implied by ask): only the key's own requests.
     principal = await _principal(request, "answer", "forward")
-    raw = await read_json(request) if request.can_read_body else {}
-    if not isinstance(raw, dict):
-        raise ValidationFailedError("the body must be a JSON object")
-    try:
-        body = LinkBody.model_validate(raw)
-    except ValidationError as e:
-        raise ValidationFailedError("the link request is not valid", fields=pydantic_details(e)) from None
+    body = parse_body(LinkBody, await read_json(request) if request.can_read_body else {}, what="link request")
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient,
                                                 forward="answer" not in principal.scopes)
-    return web.json_response(link.to_json(), status=201, headers={"Cache-Control": "no-store"})
-
-
-def _float_query(request: web.Request, name: str, *, default: float) -> float:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequestError(f"{name} must be a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise BadRequestError(f"{name} must be a number of seconds, 0 or more")
-    return value
-
-
-def _int_query(request: web.Request, name: str, *, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequestError(f"{name} must be an integer") from None
-    if not low <= value <= high:
-        raise BadRequestError(f"{name} must be between {low} and {high}")
-    return value
-
-
-
+    return web.json_response(link.to_json(), status=201, headers=NO_STORE)

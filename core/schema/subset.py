@@ -20,6 +20,7 @@ from handraise.core.schema.shapes import (
 )
 from handraise.core.schema.patterns import PatternError, compile_pattern
 from handraise.core.schema.validation import OFF_LOOP_STEPS, match_steps, schema_errors
+from handraise.core.text import MAX_EXACT_INTEGER, has_lone_surrogate, text_problem
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "writeOnly", "readOnly", "$comment"})
 # Every draft from 06 on agrees with 2020-12 on the keywords of the subset.
@@ -75,6 +76,7 @@ def check_schema(
     size = _json_size(schema)
     if size > max_bytes:
         raise InvalidSchemaError(f"schema is {size} bytes; at most {max_bytes}")
+    _check_plain(schema)
     _check_root(schema, max_fields=max_fields)
     if kind == "choice" and node_type(schema) not in ("boolean",) and not (
         node_type(schema) == "string" and "enum" in schema
@@ -95,6 +97,30 @@ def _default_steps(schema: dict) -> int:
     nodes = [schema, *(properties.values() if isinstance(properties, dict) else ())]
     return max((match_steps(node, node["default"]) for node in nodes if isinstance(node, dict) and "default" in node),
                default=0)
+
+
+def _check_plain(schema: dict) -> None:
+    """Every value has a canonical JSON form and every string is text: else 422, never a 500 later."""
+    stack: list[tuple[Any, str]] = [(schema, "schema")]
+    while stack:
+        item, loc = stack.pop()
+        if isinstance(item, dict):
+            for key, member in item.items():
+                # Control characters in a name are refused with the name's own rules, below.
+                if not isinstance(key, str) or has_lone_surrogate(key):
+                    raise _fail(loc, "a keyword or field name is not valid Unicode text")
+                # Named as the other refusals name places: "schema.maximum", "properties.age.maximum".
+                stack.append((member, "properties" if (loc, key) == ("schema", "properties") else f"{loc}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((member, f"{loc}.{index}") for index, member in enumerate(item))
+        elif isinstance(item, str):
+            problem = text_problem(item, prose=True)
+            if problem:
+                raise _fail(loc, problem)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise _fail(loc, "must be a finite number")
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_EXACT_INTEGER:
+            raise _fail(loc, f"is too large to be exact in JSON (at most {MAX_EXACT_INTEGER} either way)")
 
 
 def _json_size(schema: dict) -> int:

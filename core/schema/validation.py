@@ -12,6 +12,7 @@ from typing import Any
 from handraise.core.schema.formats import FORMAT_CHECKER
 from handraise.core.schema.patterns import PatternError, pattern_cost, pattern_search
 from handraise.core.schema.shapes import is_approval, is_date_range
+from handraise.core.text import MAX_EXACT_INTEGER, text_problem
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
@@ -44,6 +45,9 @@ def validate_answer(schema: dict | None, value: object) -> list[FieldError]:
     if schema is None:
         if not isinstance(value, str):
             return [FieldError("", "must be text")]
+        problem = text_problem(value, prose=True)
+        if problem:
+            return [FieldError("", problem)]
         if not value.strip():
             return [FieldError("", "must not be empty")]
         return []
@@ -109,16 +113,19 @@ AnswerValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
 def schema_errors(schema: dict, value: object) -> list[FieldError]:
     validator = AnswerValidator(schema, format_checker=FORMAT_CHECKER)
     found: list[tuple[tuple[int, str], FieldError, bool]] = []
-    non_finite: set[str] = set()
-    # jsonschema's multipleOf cannot take NaN; such a value is reported here
-    # and validated as null, whose errors are then dropped.
-    value = _without_non_finite(value, "", non_finite)
-    for path in non_finite:
-        found.append((_order(schema, path), FieldError(path, "must be a finite number"), True))
+    unfit: dict[str, str] = {}
+    bad_names: dict[str, str] = {}
+    # NaN, integers past 2**53 and text with control characters or lone surrogates have no place
+    # in an answer (jsonschema's multipleOf cannot even take NaN): each is reported here and
+    # validated as null, whose errors are then dropped.
+    if _has_unfit(value):
+        value = _without_unfit(value, "", unfit, bad_names)
+    for path, message in (unfit | bad_names).items():
+        found.append((_order(schema, path), FieldError(path, message), path in unfit))
     seen_required: set[str] = set()
     for error in validator.iter_errors(value):
         path = ".".join(str(p) for p in error.absolute_path)
-        if path in non_finite:
+        if path in unfit:
             continue
         if error.validator == "required":
             if path in seen_required or not isinstance(error.instance, dict):
@@ -166,35 +173,52 @@ def _order(schema: dict, path: str) -> tuple[int, str]:
     return (rank, path)
 
 
-def _without_non_finite(value: object, path: str, found: set[str]) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        found.add(path)
-        return None
-    if isinstance(value, dict) and _has_non_finite(value):
-        return {
-            key: _without_non_finite(item, f"{path}.{key}" if path else str(key), found)
-            for key, item in value.items()
-        }
-    if isinstance(value, list) and _has_non_finite(value):
-        return [
-            _without_non_finite(item, f"{path}.{index}" if path else str(index), found)
-            for index, item in enumerate(value)
-        ]
-    return value
+def _unfit(item: object) -> str | None:
+    """Why a JSON leaf cannot be an answer at all (no canonical form, or not text), or None."""
+    if isinstance(item, str):
+        return text_problem(item, prose=True)
+    if isinstance(item, float):
+        return None if math.isfinite(item) else "must be a finite number"
+    if isinstance(item, int) and not isinstance(item, bool) and not -MAX_EXACT_INTEGER <= item <= MAX_EXACT_INTEGER:
+        return f"is too large to be exact (at most {MAX_EXACT_INTEGER} either way)"
+    return None
 
 
-def _has_non_finite(value: object) -> bool:
+def _has_unfit(value: object) -> bool:
     # Iterative: an answer nested a thousand deep must not blow the stack here.
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return True
         if isinstance(item, dict):
+            if any(isinstance(key, str) and text_problem(key, prose=False) for key in item):
+                return True
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+        elif _unfit(item):
+            return True
     return False
+
+
+def _without_unfit(value: object, path: str, leaves: dict[str, str], names: dict[str, str]) -> object:
+    """``value`` with each unfit leaf as null (its problem in ``leaves``) and names that are not text dropped."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if isinstance(key, str) and text_problem(key, prose=False):
+                # Reported at the object: the name itself must not reach a message or the journal.
+                names[path] = "has a field name that is not plain text"
+                continue
+            out[key] = _without_unfit(item, f"{path}.{key}" if path else str(key), leaves, names)
+        return out
+    if isinstance(value, list):
+        return [_without_unfit(item, f"{path}.{index}" if path else str(index), leaves, names)
+                for index, item in enumerate(value)]
+    problem = _unfit(value)
+    if problem:
+        leaves[path] = problem
+        return None
+    return value
 
 
 def _date_range_errors(schema: dict, value: object, failed: set[str]) -> list[FieldError]:

@@ -20,7 +20,7 @@ from conftest import (
 )
 from handraise.core.annotations import AnnotationService
 from handraise.core.appkeys import ANNOTATIONS, BUS, STORE
-from handraise.core.errors import ForbiddenError, PayloadTooLargeError, ValidationFailedError
+from handraise.core.errors import ForbiddenError, ValidationFailedError
 from handraise.core.events import RUN_ANNOTATED
 
 
@@ -171,7 +171,7 @@ async def test_a_connector_records_a_rating_through_the_service(sqlite_api: Api)
     with pytest.raises(ValidationFailedError):
         await service.record(tenant_id="acme", run_id="run-chat", principal="telegram:4242",
                              body={"signal": {"kind": "rating", "rating": 9}})
-    with pytest.raises(PayloadTooLargeError):
+    with pytest.raises(ValidationFailedError):
         await service.record(tenant_id="acme", run_id="run-chat", principal="telegram:4242",
                              body={"signal": {"kind": "flag"}, "note": "z" * 10_001})
     assert service.capability()["supported"] is True

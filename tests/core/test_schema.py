@@ -937,7 +937,9 @@ def test_field_lines_on_huge_and_weird_input():
     # free text keeps them as typed.
     typed, errors = parse_field_lines(RELEASE, "channel: \u202estable\x00\nversion: \u202e12345\x00")
     assert typed == {"channel": "stable", "version": "\u202e12345\x00"}
-    assert validate_answer(RELEASE, {**typed, "confirm": True}) == []
+    # A NUL is no text on either store (issue 11): refused, naming the field, never echoed.
+    assert validate_answer(RELEASE, {**typed, "confirm": True}) == [
+        FieldError("version", "must not contain control characters other than line breaks and tabs")]
     assert parse_field_lines(RELEASE, "channel: st\u200bable!")[0] == {"channel": "stable"}
     assert parse_field_lines(RELEASE, "channel: stab")[0] == {"channel": "stab"}
     assert parse_field_lines(RELEASE, "") == ({}, [])
