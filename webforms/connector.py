@@ -19,7 +19,7 @@ from handraise.core.config import Settings
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConnectorError, HandraiseError, InvalidAnswerError
 from handraise.core.schema import FieldError
-from handraise.webforms.csrf import csrf_token, csrf_valid
+from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
 from handraise.webforms.pages import STATIC_ROUTE, Pages, page_response
 from handraise.webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
 
@@ -105,6 +105,10 @@ class WebFormsConnector(Connector):
 
     async def take_answer(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
+        if not origin_allowed(request.headers.get("Origin"), public_url=self.app_settings.server.public_url,
+                              host=request.host):
+            self.log.info("form refused: posted from another origin")
+            return self._outcome("forbidden")
         limit = self.app_settings.server.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._outcome("too_large")
@@ -116,6 +120,9 @@ class WebFormsConnector(Connector):
             form = await request.post()
         except web.HTTPRequestEntityTooLarge:
             return self._outcome("too_large")
+        except (ValueError, LookupError, AssertionError):
+            # Broken multipart, a charset Python does not know, bytes that are not in it.
+            return self._outcome("bad_request")
         if not csrf_valid(await self.service.server_secret(), link.id, form.get(CSRF_FIELD)):
             self.log.info("form refused: missing or wrong CSRF token",
                           extra={"link_id": link.id, "request_id": view.id})

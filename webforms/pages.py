@@ -85,6 +85,8 @@ OUTCOMES: dict[str, Outcome] = {
                          "Open the link again and send your answer from the fresh page."),
     "too_large": Outcome(413, "Your answer is too large",
                          "Go back, shorten it and send it again."),
+    "bad_request": Outcome(400, "Your answer could not be read",
+                           "Open the link again and send your answer from the fresh page."),
     "answered": Outcome(200, "Thank you, your answer was sent", "You can close this tab."),
 }
 
