@@ -143,6 +143,8 @@ class McpSettings(_Section):
 
 class KeySettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # What people read for this key ("Deploy bot"); ids never reach a human (core/names.py).
+    name: str | None = Field(default=None, min_length=1, max_length=80)
     key: SecretStr | None = None
     key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     scopes: list[Scope] = Field(min_length=1)
@@ -167,12 +169,14 @@ class KeySettings(_Section):
 
 class TenantSettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    name: str | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=80)
     keys: list[KeySettings] = Field(default_factory=list)
     # Channels a request goes to when it names none; absent: every enabled channel serving this tenant.
     default_channels: list[str] | None = None
     # The IANA time zone deadlines and outcomes are shown in to this tenant's people ("Europe/Berlin").
     timezone: str = "UTC"
+    # The language of its people's forms and pages when their browser asks for none we ship (core/i18n.py).
+    locale: str = Field(default="en", pattern=r"^[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*$")
 
     @field_validator("timezone")
     @classmethod

@@ -437,8 +437,9 @@ class RequestService:
         url = f"{self.settings.server.public_url}/f/{token}"
         return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
 
-    async def open_link(self, token: str) -> tuple[LinkView, RequestView]:
-        """The link and its request, or NotFoundError (unknown) / a GoneError subclass (dead link)."""
+    async def find_link(self, token: str) -> tuple[LinkView, RequestView]:
+        """The link and its request whatever their state (a dead link's page says who answered and when),
+        or NotFoundError when no link has this token."""
         if not token or len(token) > 128:
             raise NotFoundError("no such link")
         row = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
@@ -447,10 +448,15 @@ class RequestService:
         link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
                         row["used_at"], row.get("principal"))
         view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
+        return link, view
+
+    async def open_link(self, token: str) -> tuple[LinkView, RequestView]:
+        """The link and its request, or NotFoundError (unknown) / a GoneError subclass (dead link)."""
+        link, view = await self.find_link(token)
         if view.status == "answered" and link.used_at is None:
             # The answer may have come through this very link between our two reads: its use
             # commits with the answer, so a second look tells "used" from "answered elsewhere".
-            again = await self.store.get_link_by_hash(row["token_sha256"])
+            again = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
             if again is not None and again["used_at"] is not None:
                 raise LinkUsedError("this link was used already")
         if link.used_at is not None:

@@ -8,19 +8,26 @@ service, whose validator is the API's. Links are minted on demand
 
 from __future__ import annotations
 
+import datetime as dt
+import gettext
 import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientSession, web
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from handraise.core import wording
 from handraise.core.api import LinkView, RequestView
+from handraise.core.chat import NAMES
 from handraise.core.config import Settings
 from handraise.core.connectors import Connector
-from handraise.core.errors import ConnectorError, HandraiseError, InvalidAnswerError
+from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError
+from handraise.core.i18n import parse_accept_language
+from handraise.core.names import display_name
 from handraise.core.schema import FieldError
 from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
-from handraise.webforms.pages import STATIC_ROUTE, Pages, page_response
+from handraise.webforms.looks import TenantLooks, Theme, build_theme
+from handraise.webforms.pages import STATIC_ROUTE, FormPage, Pages, Receipt, page_response
 from handraise.webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
 
 if TYPE_CHECKING:
@@ -47,9 +54,12 @@ _STATIC_HEADERS = {
 
 
 class WebFormsSettings(BaseModel):
-    """``[web]``: the web channel is always on and has no keys; a typo here is reported, not ignored."""
+    """``[web]``: the web channel is always on; its only keys are each tenant's looks. A typo is reported."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # ``[web.tenants.<tenant id>]``: accent colour and logo of that tenant's forms.
+    tenants: dict[str, TenantLooks] = Field(default_factory=dict)
 
 
 class WebFormsConnector(Connector):
@@ -63,6 +73,14 @@ class WebFormsConnector(Connector):
                  app_settings: Settings) -> None:
         super().__init__(settings=settings, service=service, http=http, log=log, app_settings=app_settings)
         self.pages = Pages()
+        self.themes: dict[str, Theme] = {}
+        looks: dict[str, TenantLooks] = settings.tenants if isinstance(settings, WebFormsSettings) else {}
+        for tenant_id, tenant_looks in looks.items():
+            if app_settings.tenant(tenant_id) is None:
+                raise ConfigError(f"web.tenants.{tenant_id}: no such tenant")
+            theme, assets = build_theme(tenant_looks)
+            self.pages.add_assets(assets)
+            self.themes[tenant_id] = theme
 
     # -- the connector interface -------------------------------------------------
 
@@ -95,12 +113,13 @@ class WebFormsConnector(Connector):
         ``?decision=approve|reject`` (the Approve/Reject links of a mail) only preselects: the page
         asks the person to confirm with the button.
         """
+        token = request.match_info["token"]
         try:
-            link, view = await self.service.open_link(request.match_info["token"])
+            link, view = await self.service.open_link(token)
         except HandraiseError as e:
-            return self._outcome_for(e)
+            return await self._outcome_for(e, request, token)
         chosen = request.query.get("decision")
-        return await self._form_page(link, view, chosen=chosen if view.kind == "approval" and chosen in (
+        return await self._form_page(request, link, view, chosen=chosen if view.kind == "approval" and chosen in (
             "approve", "reject") else None)
 
     async def take_answer(self, request: web.Request) -> web.StreamResponse:
@@ -108,25 +127,25 @@ class WebFormsConnector(Connector):
         if not origin_allowed(request.headers.get("Origin"), public_url=self.app_settings.server.public_url,
                               host=request.host):
             self.log.info("form refused: posted from another origin")
-            return self._outcome("forbidden")
+            return self._outcome("forbidden", request)
         limit = self.app_settings.server.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            return self._outcome("too_large")
+            return self._outcome("too_large", request)
         try:
             link, view = await self.service.open_link(token)
         except HandraiseError as e:
-            return self._outcome_for(e)
+            return await self._outcome_for(e, request, token)
         try:
             form = await request.post()
         except web.HTTPRequestEntityTooLarge:
-            return self._outcome("too_large")
+            return self._outcome("too_large", request, view=view)
         except (ValueError, LookupError, AssertionError):
             # Broken multipart, a charset Python does not know, bytes that are not in it.
-            return self._outcome("bad_request")
+            return self._outcome("bad_request", request, view=view)
         if not csrf_valid(await self.service.server_secret(), link.id, form.get(CSRF_FIELD)):
             self.log.info("form refused: missing or wrong CSRF token",
                           extra={"link_id": link.id, "request_id": view.id})
-            return self._outcome("forbidden")
+            return self._outcome("forbidden", request, view=view)
 
         approval = view.kind == "approval"
         specs = form_specs(view.schema, sensitive=view.sensitive)
@@ -137,16 +156,18 @@ class WebFormsConnector(Connector):
             await self.service.journal(tenant_id=view.tenant_id, event="invalid_attempt", request_id=view.id,
                                        run_id=view.run_id, principal=link.answers_as, channel=self.name,
                                        data={"errors": [e.to_json() for e in parsed.errors]})
-            return await self._form_page(link, view, posted=parsed.posted, errors=parsed.errors, status=422)
+            return await self._form_page(request, link, view, posted=parsed.posted, errors=parsed.errors,
+                                         status=422)
         try:
-            await self.service.submit_link(token=token, response=parsed.value)
+            answered = await self.service.submit_link(token=token, response=parsed.value)
         except InvalidAnswerError as e:
             errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in (e.fields)]
-            return await self._form_page(link, view, posted=parsed.posted, errors=errors, status=422)
+            return await self._form_page(request, link, view, posted=parsed.posted, errors=errors, status=422)
         except HandraiseError as e:
-            return self._outcome_for(e)
+            return await self._outcome_for(e, request, token)
         self.log.info("form answered", extra={"link_id": link.id, "request_id": view.id})
-        return self._outcome("answered")
+        return self._outcome("answered", request, view=answered,
+                             receipt=self._receipt(answered, self._translations(request, answered)))
 
     async def serve_asset(self, request: web.Request) -> web.StreamResponse:
         asset = self.pages.assets.get(request.match_info["name"])
@@ -156,41 +177,111 @@ class WebFormsConnector(Connector):
         headers = {**_STATIC_HEADERS, "ETag": etag}
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers=headers)
-        return web.Response(body=asset.body, content_type=asset.content_type, charset="utf-8", headers=headers)
+        charset = "utf-8" if asset.content_type.startswith("text/") else None
+        return web.Response(body=asset.body, content_type=asset.content_type, charset=charset, headers=headers)
 
     # -- pages ---------------------------------------------------------------------
 
-    async def _form_page(self, link: LinkView, view: RequestView, *, posted: dict[str, list[str]] | None = None,
-                         errors: list[FieldError] | None = None, status: int = 200,
-                         chosen: str | None = None) -> web.Response:
+    def _locale(self, request: web.Request, tenant_id: str | None) -> str:
+        """The browser's first language we have a catalogue for, else the tenant's, else English."""
+        tenant = self.app_settings.tenant(tenant_id) if tenant_id else None
+        return self.pages.catalogue.negotiate(parse_accept_language(request.headers.get("Accept-Language")),
+                                              tenant.locale if tenant is not None else None)
+
+    def _zone(self, tenant_id: str | None) -> dt.tzinfo:
+        tenant = self.app_settings.tenant(tenant_id) if tenant_id else None
+        return wording.zone(tenant.timezone if tenant is not None else None)
+
+    def _translations(self, request: web.Request, view: RequestView) -> gettext.NullTranslations:
+        return self.pages.translations(self._locale(request, view.tenant_id))
+
+    async def _form_page(self, request: web.Request, link: LinkView, view: RequestView, *,
+                         posted: dict[str, list[str]] | None = None, errors: list[FieldError] | None = None,
+                         status: int = 200, chosen: str | None = None) -> web.Response:
         approval = view.kind == "approval"
+        locale = self._locale(request, view.tenant_id)
         specs = form_specs(view.schema, sensitive=view.sensitive)
         by_field, general = split_errors(specs, errors or [])
         # A sensitive answer is never echoed back, not even the parts that are not masked.
         fields = field_views(specs, posted=posted, errors=by_field, keep_values=not view.sensitive,
-                             approval=approval)
-        tenant = self.app_settings.tenant(view.tenant_id)
-        html = self.pages.form(
+                             approval=approval, translations=self.pages.translations(locale))
+        page = FormPage(
             question=view.message_for_user,
-            asker=(tenant.name if tenant is not None and tenant.name else view.tenant_id),
-            created_by=view.created_by,
-            recipient=link.recipient,
-            seconds_left=view.expires_at - self.service.clock(),
             fields=fields,
-            general_errors=general,
             csrf=csrf_token(await self.service.server_secret(), link.id),
+            seconds_left=view.expires_at - self.service.clock(),
+            expires_at=view.expires_at,
             approval=approval,
             sensitive=view.sensitive,
+            tenant_name=display_name(self.app_settings, view.tenant_id),
+            asker_name=display_name(self.app_settings, view.tenant_id, view.created_by),
+            recipient=link.recipient,
+            general_errors=general,
             chosen=chosen,
+            theme=self.themes.get(view.tenant_id, Theme()),
         )
+        html = self.pages.form(page, locale=locale, zone=self._zone(view.tenant_id))
         return page_response(html, status=status)
 
-    def _outcome(self, key: str) -> web.Response:
-        status, html = self.pages.outcome(key)
+    def _outcome(self, key: str, request: web.Request, *, view: RequestView | None = None,
+                 receipt: Receipt | None = None) -> web.Response:
+        tenant_id = view.tenant_id if view is not None else None
+        status, html = self.pages.outcome(key, locale=self._locale(request, tenant_id), zone=self._zone(tenant_id),
+                                          receipt=receipt, theme=self.themes.get(tenant_id or "", Theme()),
+                                          tenant_name=display_name(self.app_settings, tenant_id) if tenant_id else None)
         return page_response(html, status=status)
 
-    def _outcome_for(self, error: HandraiseError) -> web.Response:
+    async def _outcome_for(self, error: HandraiseError, request: web.Request, token: str) -> web.Response:
         key = _OUTCOME_BY_CODE.get(error.code)
         if key is None:
             raise error
-        return self._outcome(key)
+        if key == "not_found":
+            return self._outcome(key, request)
+        # A dead link still names its request: say who answered (or cancelled) and when.
+        try:
+            link, view = await self.service.find_link(token)
+        except HandraiseError:
+            return self._outcome(key, request)
+        t = self._translations(request, view)
+        receipt = Receipt(who=await self._who(view, link, t), at=view.resolved_at or view.expires_at)
+        return self._outcome(key, request, view=view, receipt=receipt)
+
+    def _receipt(self, view: RequestView, t: gettext.NullTranslations) -> Receipt:
+        """What the person just did, in words, and their answer recapped (never a sensitive one)."""
+        response = view.response if view.has_response and not view.sensitive else None
+        if view.kind == "approval" and isinstance(response, dict):
+            reason = str(response.get("reason") or "").strip()
+            if response.get("decision") == "approve":
+                lines = ((t.gettext("Reason"), reason),) if reason else ()
+                return Receipt(headline=t.gettext("Approved"), lines=lines, at=view.resolved_at)
+            headline = t.gettext("Rejected: %(reason)s") % {"reason": reason} if reason else t.gettext("Rejected")
+            return Receipt(headline=headline, at=view.resolved_at, tone="rejected")
+        if response is None:
+            return Receipt(headline=t.gettext("Sent"), at=view.resolved_at, private=view.sensitive)
+        return Receipt(headline=t.gettext("Sent"), lines=tuple(wording.answer_lines(view)), at=view.resolved_at)
+
+    async def _who(self, view: RequestView, link: LinkView, t: gettext.NullTranslations) -> str:
+        """Who ended the request, in a sentence, by the names people read (never an id)."""
+        if view.status == "expired":
+            return t.gettext("The time ran out")
+        principal = view.resolved_by or ""
+        if view.status == "cancelled":
+            name = display_name(self.app_settings, view.tenant_id, principal)
+            return t.gettext("Cancelled by %(name)s") % {"name": name} if name else t.gettext("Cancelled")
+        if view.status != "answered":
+            return ""
+        if link.used_at is not None and principal == link.answers_as:
+            if link.recipient:
+                return t.gettext("Answered with this link by %(name)s") % {"name": link.recipient}
+            return t.gettext("Answered with this link")
+        name = display_name(self.app_settings, view.tenant_id, principal)
+        if name is None and principal and not principal.startswith(("link:", "agent:", "operator:")):
+            # A chat's people are named as their messenger last showed them.
+            name = await self.service.get_state(NAMES, principal[:200])
+        channel = wording.CHANNEL_NAMES.get(view.resolved_via or "")
+        via = t.gettext(channel) if channel else ""
+        if name and via:
+            return t.gettext("Answered by %(name)s via %(via)s") % {"name": name, "via": via}
+        if via:
+            return t.gettext("Answered via %(via)s") % {"via": via}
+        return t.gettext("Answered")

@@ -1,22 +1,30 @@
-"""The hosted form's pages: Jinja2 templates (autoescaped), their static assets, and the headers every page carries.
+"""The hosted form's pages: Jinja2 templates (autoescaped, gettext), their static assets, and every page's headers.
 
-CSS and the countdown script are files served by the app, so the
-Content-Security-Policy needs no ``'unsafe-inline'`` and the page makes no
-request to another origin.
+CSS and the script are files served by the app, so the Content-Security-Policy needs no
+``'unsafe-inline'`` and the page makes no request to another origin. Every sentence goes
+through the catalogue (core/i18n.py): one Jinja environment per locale, each with its
+translations installed.
+
+:class:`FormPage` is everything a form shows; the hosted form fills it from a link, and an
+inbox page can fill it from a signed-in operator and post to its own ``action``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import datetime as dt
+import gettext
+import importlib.resources
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-import importlib.resources
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+from babel.dates import format_date, format_time
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from handraise.core.i18n import DEFAULT_LOCALE, Catalogue, N_
+from handraise.webforms.looks import Asset, Theme
 from handraise.webforms.render import CSRF_FIELD, FieldView
 
 __all__ = [
@@ -27,8 +35,10 @@ __all__ = [
     "STATIC_ROUTE",
     "TEMPLATES_DIR",
     "Asset",
+    "FormPage",
     "Outcome",
     "Pages",
+    "Receipt",
     "page_response",
     "time_left_text",
 ]
@@ -50,20 +60,17 @@ PAGE_HEADERS: dict[str, str] = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "X-Robots-Tag": "noindex, nofollow",
+    # The page's words depend on the browser's languages.
+    "Vary": "Accept-Language",
 }
 _ASSET_TYPES = {"form.css": "text/css", "form.js": "text/javascript", "icon.svg": "image/svg+xml"}
 
-
-@dataclass(frozen=True)
-class Asset:
-    body: bytes
-    content_type: str
-    etag: str
+ENGLISH = gettext.NullTranslations()
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A plain page that says what happened to a link or a submission."""
+    """A plain page that says what happened to a link or a submission (English msgids, translated when shown)."""
 
     status: int
     title: str
@@ -71,84 +78,174 @@ class Outcome:
 
 
 OUTCOMES: dict[str, Outcome] = {
-    "not_found": Outcome(404, "This link is not valid",
-                         "Check that you opened the whole link. If someone sent it to you, ask them for a new one."),
-    "link_used": Outcome(410, "This link was used already",
-                         "An answer was sent with this link, and each link takes one answer. You can close this tab."),
-    "already_answered": Outcome(410, "This question was answered already",
-                                "Someone answered it another way; nothing more is needed from you."),
-    "expired": Outcome(410, "This question expired",
-                       "The time to answer ran out, so your answer can no longer be taken."),
-    "cancelled": Outcome(410, "This question was cancelled",
-                         "It is no longer needed. You can close this tab."),
-    "forbidden": Outcome(403, "This form could not be verified",
-                         "Open the link again and send your answer from the fresh page."),
-    "too_large": Outcome(413, "Your answer is too large",
-                         "Go back, shorten it and send it again."),
-    "bad_request": Outcome(400, "Your answer could not be read",
-                           "Open the link again and send your answer from the fresh page."),
-    "answered": Outcome(200, "Thank you, your answer was sent", "You can close this tab."),
+    "not_found": Outcome(404, N_("This link is not valid"),
+                         N_("Check that you opened the whole link. If someone sent it to you, ask them for a new "
+                            "one.")),
+    "link_used": Outcome(410, N_("This link was used already"),
+                         N_("Each link takes one answer. Nothing more is needed from you; you can close this tab.")),
+    "already_answered": Outcome(410, N_("This question was answered already"),
+                                N_("Nothing more is needed from you; you can close this tab.")),
+    "expired": Outcome(410, N_("This question expired"),
+                       N_("The time to answer ran out, so your answer can no longer be taken.")),
+    "cancelled": Outcome(410, N_("This question was cancelled"),
+                         N_("It is no longer needed. You can close this tab.")),
+    "forbidden": Outcome(403, N_("This form could not be verified"),
+                         N_("Open the link again and send your answer from the fresh page.")),
+    "too_large": Outcome(413, N_("Your answer is too large"),
+                         N_("Go back, shorten it and send it again.")),
+    "bad_request": Outcome(400, N_("Your answer could not be read"),
+                           N_("Open the link again and send your answer from the fresh page.")),
+    "answered": Outcome(200, N_("Thank you, your answer was sent"), N_("You can close this tab.")),
 }
 
 
-def time_left_text(seconds: float) -> str:
-    """``4 min 59 s``: the same wording the live countdown (form.js) uses."""
+@dataclass(frozen=True)
+class Receipt:
+    """What a finished page recaps: the outcome in words, the answer's lines, who and when.
+
+    ``headline`` is already in the page's language ("Approved", "Rejected: too risky", "Sent");
+    ``lines`` are (field title, value) in schema order, empty for a sensitive answer.
+    """
+
+    headline: str = ""
+    lines: tuple[tuple[str, str], ...] = ()
+    # "Answered by Alice via Telegram" (translated), and the moment it happened.
+    who: str = ""
+    at: float | None = None
+    private: bool = False
+    # The page's colour and mark: "ok", "rejected", or "" (from the status: ok below 400, else gone).
+    tone: str = ""
+
+
+@dataclass(frozen=True)
+class FormPage:
+    """Everything a form page shows. ``action`` empty posts back to the page's own URL."""
+
+    question: str
+    fields: Sequence[FieldView]
+    csrf: str
+    seconds_left: float
+    expires_at: float
+    approval: bool = False
+    sensitive: bool = False
+    # The tenant's and the asking key's display names (core/names.py); None when not configured.
+    tenant_name: str | None = None
+    asker_name: str | None = None
+    recipient: str | None = None
+    general_errors: Sequence[str] = ()
+    chosen: str | None = None
+    action: str = ""
+    theme: Theme = field(default_factory=Theme)
+
+
+def time_left_text(seconds: float, t: gettext.NullTranslations = ENGLISH) -> str:
+    """``4 min 59 s``: the same wording the live countdown (form.js) uses, from ``countdown_formats``."""
     left = max(0, math.ceil(seconds))
     days, rest = divmod(left, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
+    formats = countdown_formats(t)
     if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min {secs} s"
-    return f"{secs} s"
+        key = "d"
+    elif hours:
+        key = "h"
+    elif minutes:
+        key = "m"
+    else:
+        key = "s"
+    return formats[key].format(d=days, h=hours, m=minutes, s=secs)
+
+
+def countdown_formats(t: gettext.NullTranslations = ENGLISH) -> dict[str, str]:
+    """The countdown's wording by largest unit; form.js fills the same ``{d}``/``{h}``/``{m}``/``{s}``."""
+    return {
+        "d": t.gettext("{d} d {h} h"),
+        "h": t.gettext("{h} h {m} min"),
+        "m": t.gettext("{m} min {s} s"),
+        "s": t.gettext("{s} s"),
+        "zero": t.gettext("none, the time is up"),
+    }
 
 
 def load_assets(folder: Path) -> dict[str, Asset]:
-    assets = {}
-    for name, content_type in _ASSET_TYPES.items():
-        body = (folder / name).read_bytes()
-        assets[name] = Asset(body=body, content_type=content_type, etag=hashlib.sha256(body).hexdigest()[:16])
-    return assets
+    return {name: Asset.of((folder / name).read_bytes(), content_type) for name, content_type in _ASSET_TYPES.items()}
 
 
 class Pages:
-    """Renders the form and the outcome pages; the templates are read once."""
+    """Renders the form and the outcome pages in any catalogued locale; templates are read once."""
 
-    def __init__(self, *, templates_dir: Path = TEMPLATES_DIR) -> None:
-        self.env = Environment(
-            loader=FileSystemLoader(str(templates_dir)),
-            autoescape=True,
-            undefined=StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            auto_reload=False,
-        )
+    def __init__(self, *, templates_dir: Path = TEMPLATES_DIR, catalogue: Catalogue | None = None) -> None:
+        self.catalogue = catalogue or Catalogue()
+        self.templates_dir = templates_dir
         self.assets = load_assets(templates_dir / "static")
-        self.env.globals["asset"] = self.asset_url
+        self._envs: dict[str, Environment] = {}
+
+    def add_assets(self, assets: dict[str, Asset]) -> None:
+        """Serve more assets (a tenant's theme and logo) under the static route."""
+        self.assets.update(assets)
 
     def asset_url(self, name: str) -> str:
         # The version query lets browsers cache an asset until its content changes.
         return f"{STATIC_ROUTE}{name}?v={self.assets[name].etag}"
 
-    def form(self, *, question: str, asker: str, created_by: str, recipient: str | None, seconds_left: float,
-             fields: Sequence[FieldView], general_errors: Sequence[str] = (), csrf: str, approval: bool,
-             sensitive: bool, chosen: str | None = None) -> str:
-        error_count = sum(1 for f in fields if f.error) + len(general_errors)
-        return self.env.get_template("form.html").render(
-            question=question, asker=asker, created_by=created_by, recipient=recipient,
-            seconds_left=max(0, math.ceil(seconds_left)), time_left=time_left_text(seconds_left),
-            fields=list(fields), general_errors=list(general_errors), error_count=error_count,
-            csrf_field=CSRF_FIELD, csrf=csrf, approval=approval, sensitive=sensitive, chosen=chosen,
+    def translations(self, locale: str) -> gettext.NullTranslations:
+        return self.catalogue.translations(locale)
+
+    def _env(self, locale: str) -> Environment:
+        """One environment per locale: templates compile with their translations' newstyle gettext."""
+        env = self._envs.get(locale)
+        if env is None:
+            env = Environment(
+                loader=FileSystemLoader(str(self.templates_dir)),
+                autoescape=True,
+                undefined=StrictUndefined,
+                trim_blocks=True,
+                lstrip_blocks=True,
+                auto_reload=False,
+                extensions=["jinja2.ext.i18n"],
+            )
+            env.globals["asset"] = self.asset_url
+            env.install_gettext_translations(self.translations(locale), newstyle=True)  # type: ignore[attr-defined]
+            self._envs[locale] = env
+        return env
+
+    def moment(self, ts: float, *, locale: str, zone: dt.tzinfo) -> str:
+        """A moment in the tenant's zone, as the page shows it before form.js puts it in the reader's own."""
+        when = dt.datetime.fromtimestamp(ts, zone)
+        babel_locale = self.catalogue.babel_locale(locale)
+        return (f"{format_date(when, 'medium', locale=babel_locale)}, "
+                f"{format_time(when, 'short', locale=babel_locale)} {when.tzname() or 'UTC'}")
+
+    def _common(self, locale: str, zone: dt.tzinfo, theme: Theme) -> dict[str, object]:
+        return {
+            "lang": locale.replace("_", "-"),
+            "theme": theme,
+            "moment": lambda ts: self.moment(ts, locale=locale, zone=zone),
+            "iso": lambda ts: dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace(
+                "+00:00", "Z"),
+        }
+
+    def form(self, page: FormPage, *, locale: str = DEFAULT_LOCALE, zone: dt.tzinfo = dt.UTC) -> str:
+        fields = list(page.fields)
+        t = self.translations(locale)
+        error_count = sum(1 for f in fields if f.error) + len(page.general_errors)
+        return self._env(locale).get_template("form.html").render(
+            page=page, fields=fields, general_errors=list(page.general_errors), error_count=error_count,
+            seconds_left=max(0, math.ceil(page.seconds_left)), time_left=time_left_text(page.seconds_left, t),
+            countdown=countdown_formats(t), csrf_field=CSRF_FIELD,
             any_required=any(f.required for f in fields if f.control != "approval"),
+            **self._common(locale, zone, page.theme),
         )
 
-    def outcome(self, key: str) -> tuple[int, str]:
+    def outcome(self, key: str, *, locale: str = DEFAULT_LOCALE, zone: dt.tzinfo = dt.UTC,
+                receipt: Receipt | None = None, theme: Theme | None = None,
+                tenant_name: str | None = None) -> tuple[int, str]:
         outcome = OUTCOMES[key]
-        html = self.env.get_template("outcome.html").render(
-            title=outcome.title, text=outcome.text, status=outcome.status, key=key)
+        t = self.translations(locale)
+        html = self._env(locale).get_template("outcome.html").render(
+            title=t.gettext(outcome.title), text=t.gettext(outcome.text), status=outcome.status, key=key,
+            receipt=receipt or Receipt(), tenant_name=tenant_name, **self._common(locale, zone, theme or Theme()),
+        )
         return outcome.status, html
 
 

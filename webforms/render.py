@@ -9,6 +9,7 @@ code the chat channels use, so the answer equals what the API would receive.
 
 from __future__ import annotations
 
+import gettext
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from handraise.core.schema import FieldError, FieldSpec, coerce_field, fields
+
+# English, the source language: what a caller that passes no translations gets.
+ENGLISH = gettext.NullTranslations()
 
 __all__ = [
     "CSRF_FIELD",
@@ -42,6 +46,8 @@ OFFSET_PREFIX = "handraise:offset:"
 RADIO_MAX = 5
 
 _CHOICE_WIDGETS = frozenset({"enum", "boolean", "multi_enum", "date_range"})
+# What a person may type between a code's digits (SMS and mail show "123 456", "123-456").
+_CODE_SEPARATORS = re.compile(r"[\s\-\u2010-\u2015.]+")
 # Controls drawn as several inputs inside a fieldset.
 _GROUP_CONTROLS = frozenset({"radio", "yes_no", "checkboxes", "date_range"})
 _INPUT_TYPES = {"text": "text", "date": "date", "time": "time", "date-time": "datetime-local",
@@ -75,6 +81,8 @@ def control_of(spec: FieldSpec, *, approval: bool = False) -> str:
     widget = spec.widget
     if approval and spec.name == "decision":
         return "approval"
+    if spec.code_length is not None:
+        return "code"
     if spec.masked and widget not in _CHOICE_WIDGETS:
         return "masked"
     if widget in ("integer", "number"):
@@ -123,6 +131,11 @@ class FieldView:
         return self.spec.title
 
     @property
+    def choices(self) -> list[tuple[str, str]]:
+        """(value posted, text shown) of each choice."""
+        return [(choice, choice) for choice in self.spec.choices]
+
+    @property
     def required(self) -> bool:
         return self.spec.required
 
@@ -154,6 +167,10 @@ class FieldView:
     def offset_name(self) -> str:
         return OFFSET_PREFIX + self.name
 
+    @property
+    def masked(self) -> bool:
+        return self.control == "masked" or (self.control == "code" and self.spec.masked)
+
 
 def split_errors(specs: Sequence[FieldSpec], errors: Sequence[FieldError]) -> tuple[dict[str, list[str]], list[str]]:
     """Errors by form field name (``tags.1`` belongs to ``tags``), and those that name no field."""
@@ -174,7 +191,7 @@ def split_errors(specs: Sequence[FieldSpec], errors: Sequence[FieldError]) -> tu
 
 def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str]] | None = None,
                 errors: Mapping[str, Sequence[str]] | None = None, keep_values: bool = True,
-                approval: bool = False) -> list[FieldView]:
+                approval: bool = False, translations: gettext.NullTranslations = ENGLISH) -> list[FieldView]:
     """The template's view of each field.
 
     ``posted`` holds what the human sent (re-rendering after a 422); None shows
@@ -187,7 +204,7 @@ def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str
     for index, spec in enumerate(specs):
         name = form_name(spec)
         control = control_of(spec, approval=approval)
-        if not keep_values or control == "masked":
+        if not keep_values or control == "masked" or (control == "code" and spec.masked):
             values: tuple[str, ...] = ()
         elif posted is not None:
             values = tuple(posted.get(name, ()))
@@ -199,7 +216,9 @@ def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str
         focused = focused or autofocus
         views.append(FieldView(
             spec=spec, name=name, id=f"f{index}", control=control, input_type=_input_type(spec, control),
-            attrs=_attrs(spec, control), values=values, error=error, hint=_hint(spec, control),
+            attrs=_attrs(spec, control), values=values, error=error,
+            hint=_approval_hint(translations) if approval and spec.name == "reason" else _hint(spec, control,
+                                                                                                    translations),
             autofocus=autofocus,
         ))
     return views
@@ -229,7 +248,7 @@ def _default_values(spec: FieldSpec) -> tuple[str, ...]:
 
 
 def _input_type(spec: FieldSpec, control: str) -> str:
-    if control == "masked":
+    if control == "masked" or (control == "code" and spec.masked):
         return "password"
     if control == "number":
         return "number"
@@ -258,7 +277,25 @@ def _attrs(spec: FieldSpec, control: str) -> dict[str, str]:
             attrs["placeholder"] = _MASKED_PLACEHOLDER[widget]
     if control == "textarea":
         attrs["rows"] = "5"
+    if control == "code":
+        attrs.update(_code_attrs(spec))
     return attrs
+
+
+def _code_attrs(spec: FieldSpec) -> dict[str, str]:
+    """A one-time code: the digit keypad, the SMS autofill, sized to the code; spaces and dashes may be pasted."""
+    length = spec.code_length or 0
+    return {
+        "inputmode": "numeric",
+        "autocomplete": "one-time-code",
+        "autocapitalize": "off",
+        "spellcheck": "false",
+        # The server takes the separators out before it checks the digits (parse_form).
+        "pattern": f"[\\s.\\-]*(?:[0-9][\\s.\\-]*){{{length}}}",
+        "maxlength": str(length * 2 + 2),
+        "size": str(length + 2),
+        "data-code-length": str(length),
+    }
 
 
 def _number_attrs(spec: FieldSpec) -> dict[str, str]:
@@ -290,50 +327,92 @@ def _is_multiple(value: float, step: float) -> bool:
     return math.isclose(quotient, round(quotient), abs_tol=1e-9)
 
 
-def _length_hint(low: int | None, high: int | None) -> str:
+def _length_hint(low: int | None, high: int | None, t: gettext.NullTranslations) -> str:
     if low is not None and high is not None:
-        return f"Exactly {high} characters" if low == high else f"{low} to {high} characters"
+        if low == high:
+            return t.ngettext("Exactly %(n)d character", "Exactly %(n)d characters", high) % {"n": high}
+        return t.gettext("%(low)d to %(high)d characters") % {"low": low, "high": high}
     if low:
-        return f"At least {low} characters"
+        return t.ngettext("At least %(n)d character", "At least %(n)d characters", low) % {"n": low}
     if high is not None:
-        return f"At most {high} characters"
+        return t.ngettext("At most %(n)d character", "At most %(n)d characters", high) % {"n": high}
     return ""
 
 
-def _hint(spec: FieldSpec, control: str) -> str:
+def _number_hint(spec: FieldSpec, t: gettext.NullTranslations) -> str:
+    integer = spec.widget == "integer"
+    low, high = spec.minimum, spec.maximum
+    values = {"low": _number_text(low), "high": _number_text(high)}
+    if low is not None and high is not None:
+        words = (t.gettext("A whole number from %(low)s to %(high)s") if integer
+                 else t.gettext("A number from %(low)s to %(high)s")) % values
+    elif low is not None:
+        words = (t.gettext("A whole number, at least %(low)s") if integer
+                 else t.gettext("A number, at least %(low)s")) % values
+    elif high is not None:
+        words = (t.gettext("A whole number, at most %(high)s") if integer
+                 else t.gettext("A number, at most %(high)s")) % values
+    else:
+        words = t.gettext("A whole number") if integer else t.gettext("A number")
+    if spec.exclusive_minimum is not None:
+        words += t.gettext(", more than %(n)s") % {"n": _number_text(spec.exclusive_minimum)}
+    if spec.exclusive_maximum is not None:
+        words += t.gettext(", less than %(n)s") % {"n": _number_text(spec.exclusive_maximum)}
+    if spec.multiple_of is not None:
+        words += t.gettext(", in steps of %(n)s") % {"n": _number_text(spec.multiple_of)}
+    return words
+
+
+def _choice_count_hint(low: int | None, high: int | None, t: gettext.NullTranslations) -> str:
+    if low and high:
+        if low == high:
+            return t.gettext("Choose %(n)d") % {"n": low}
+        return t.gettext("Choose %(low)d to %(high)d") % {"low": low, "high": high}
+    if low:
+        return t.gettext("Choose at least %(n)d") % {"n": low}
+    if high:
+        return t.gettext("Choose up to %(n)d") % {"n": high}
+    return ""
+
+
+def _approval_hint(t: gettext.NullTranslations) -> str:
+    return t.gettext("Optional; most useful when you reject")
+
+
+def _hint(spec: FieldSpec, control: str, t: gettext.NullTranslations = ENGLISH) -> str:
+    """What the field takes, in a few words, unless its description already says as much."""
+    hint = _plain_hint(spec, control, t)
+    return "" if _said_already(hint, spec.description) else hint
+
+
+def _said_already(hint: str, description: str) -> bool:
+    # "Between 1 and 40" then "A whole number from 1 to 40" says it twice: a description that
+    # names every number of the hint makes the hint redundant.
+    numbers = re.findall(r"\d+(?:\.\d+)?", hint)
+    if not hint or not description or not numbers:
+        return False
+    said = set(re.findall(r"\d+(?:\.\d+)?", description))
+    return all(n in said for n in numbers)
+
+
+def _plain_hint(spec: FieldSpec, control: str, t: gettext.NullTranslations) -> str:
     widget = spec.widget
+    if control == "code":
+        length = spec.code_length or 0
+        return t.ngettext("%(n)d digit", "%(n)d digits", length) % {"n": length}
     if widget in ("integer", "number"):
-        words = "A whole number" if widget == "integer" else "A number"
-        low, high = spec.minimum, spec.maximum
-        if low is not None and high is not None:
-            words += f" from {_number_text(low)} to {_number_text(high)}"
-        elif low is not None:
-            words += f", at least {_number_text(low)}"
-        elif high is not None:
-            words += f", at most {_number_text(high)}"
-        if spec.exclusive_minimum is not None:
-            words += f", more than {_number_text(spec.exclusive_minimum)}"
-        if spec.exclusive_maximum is not None:
-            words += f", less than {_number_text(spec.exclusive_maximum)}"
-        if spec.multiple_of is not None:
-            words += f", in steps of {_number_text(spec.multiple_of)}"
-        return words
+        return _number_hint(spec, t)
     if widget in ("text", "textarea", "password"):
-        return _length_hint(spec.min_length, spec.max_length)
+        return _length_hint(spec.min_length, spec.max_length, t)
     if widget == "multi_enum":
-        low, high = spec.min_items, spec.max_items
-        if low and high:
-            return f"Choose {low}" if low == high else f"Choose {low} to {high}"
-        if low:
-            return f"Choose at least {low}"
-        if high:
-            return f"Choose up to {high}"
-        return ""
+        return _choice_count_hint(spec.min_items, spec.max_items, t)
     if widget == "date_range":
-        return "A start date and an end date"
+        return t.gettext("A start date and an end date")
     if widget == "date-time":
         # form.js replaces this with the browser's own zone; without JavaScript the time is read as UTC.
-        return "With a zone, e.g. 2026-01-02T14:30:00Z" if control == "masked" else "Time in UTC"
+        if control == "masked":
+            return t.gettext("With a zone, e.g. 2026-01-02T14:30:00Z")
+        return t.gettext("Time in UTC")
     return ""
 
 
@@ -397,6 +476,9 @@ def _read_field(spec: FieldSpec, control: str, strings: list[str], offset: str |
     first = strings[0] if strings else ""
     if not first.strip():
         return False, None
+    if control == "code":
+        # "123 456" and "123-456" as pasted from a message are the code 123456.
+        first = _CODE_SEPARATORS.sub("", first)
     if control == "input" and widget == "date-time":
         first = _with_zone(first.strip(), offset)
     return True, coerce_field(spec, first)

@@ -38,6 +38,29 @@ class FieldSpec:
     min_items: int | None = None
     max_items: int | None = None
 
+    @property
+    def code_length(self) -> int | None:
+        """The digit count of a one-time code (a text field whose pattern is a fixed number of digits)."""
+        if self.widget not in ("text", "password") or not self.pattern:
+            return None
+        return code_length(self.pattern)
+
+
+# "^[0-9]{6}$" or "^\d{6}$" (and "^[0-9][0-9]…$"): exactly that many digits, anchored at both ends.
+_CODE_PATTERN = re.compile(r"\^(?:(?:\[0-9\]|\\d)\{(\d{1,2})\}|((?:\[0-9\]|\\d){4,12}))\$")
+
+
+def code_length(pattern: str) -> int | None:
+    """How many digits ``pattern`` asks for when it is exactly a fixed run of digits (4 to 12), else None."""
+    match = _CODE_PATTERN.fullmatch(pattern)
+    if match is None:
+        return None
+    if match[1] is not None:
+        length = int(match[1])
+    else:
+        length = match[2].count("[0-9]") + match[2].count("\\d")
+    return length if 4 <= length <= 12 else None
+
 
 def fields(schema: dict | None, *, sensitive: bool = False) -> list[FieldSpec]:
     """The fields of a checked schema, in order; a primitive root is one field named ""."""

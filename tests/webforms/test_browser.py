@@ -220,7 +220,8 @@ async def test_a_sensitive_answer_is_typed_masked_and_never_shown(page: Any, tmp
         await page.goto(await app.link(request["id"]))
         control = page.locator('input[name="answer"]')
         assert await control.get_attribute("type") == "password"
-        assert await control.get_attribute("autocomplete") == "off"
+        assert await control.get_attribute("autocomplete") == "one-time-code"
+        assert await control.get_attribute("inputmode") == "numeric"
         await control.fill("12345x")
         # The browser's own pattern check stops this one before it is sent.
         await page.click("button[type=submit]")

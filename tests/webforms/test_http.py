@@ -18,6 +18,7 @@ from aiohttp import ClientResponse
 from conftest import (
     AGENT_KEY,
     OPERATOR_KEY,
+    OTHER_AGENT_KEY,
     OTHER_OPERATOR_KEY,
     READER_KEY,
     Api,
@@ -34,6 +35,8 @@ from handraise.webforms.render import CSRF_FIELD, OFFSET_PREFIX, ROOT_NAME
 from .html_tools import by_id, csrf_of, field_container, find, one, parse, visible_text, within
 
 TENANT_NAME = "Acme Corp"
+AGENT_NAME = "Deploy bot"
+OPERATOR_NAME = "On-call desk"
 
 EVERY_FIELD = {
     "type": "object",
@@ -75,6 +78,8 @@ EVERY_FIELD_ANSWER = {
 def web_settings(storage_url: str, **extra: Any) -> Any:
     config = base_config(storage_url, **extra)
     config["tenants"][0]["name"] = TENANT_NAME
+    config["tenants"][0]["keys"][0]["name"] = AGENT_NAME
+    config["tenants"][0]["keys"][1]["name"] = OPERATOR_NAME
     return settings_from(config)
 
 
@@ -201,8 +206,10 @@ async def test_the_form_page_shows_the_question_who_asks_and_the_time_left(web: 
     assert_page_headers(page)
     assert "Who are you? <script>x()</script>" in page.text
     assert "&lt;script&gt;x()&lt;/script&gt;" in page.html
-    assert f"Question from {TENANT_NAME}" in page.text
-    assert "agent:agent-1" in page.text and "Alice" in page.text
+    assert one(page.html, "title").text == f"Question from {TENANT_NAME} · Handraise"
+    assert f"Asked by {AGENT_NAME} for Alice" in page.text
+    # Names people read, never ids.
+    assert "agent-1" not in page.text and "acme" not in page.text.replace(TENANT_NAME, "")
     countdown = by_id(page.html, "countdown")
     assert 590 <= int(countdown.get("data-seconds-left")) <= 600
     assert re.fullmatch(r"(10 min 0 s|9 min \d+ s)", countdown.text)
@@ -376,6 +383,9 @@ async def test_a_used_link_is_410(web: Api) -> None:
     assert "This link was used already" in again.text
     page = await fetch(web, path)
     assert page.status == 410 and "This link was used already" in page.text
+    assert "Answered with this link" in page.text
+    answered_at = (await web.wait(request["id"]))["answered_at"]
+    assert one(page.html, "time").get("datetime")[:19] == answered_at[:19]
     assert (await web.wait(request["id"]))["response"] == "first"
 
 
@@ -387,7 +397,8 @@ async def test_an_expired_question_is_410(web: Api) -> None:
     for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "late")], csrf=csrf_of(form.html))):
         assert page.status == 410
         assert_page_headers(page)
-        assert "This question expired" in page.text
+        assert "This question expired" in page.text and "The time ran out" in page.text
+        assert one(page.html, "time").has("datetime")
     assert "response" not in await state(web, request["id"])
 
 
@@ -399,15 +410,20 @@ async def test_a_cancelled_question_is_410(web: Api) -> None:
     assert status == 200
     for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "x")], csrf=csrf_of(form.html))):
         assert page.status == 410 and "This question was cancelled" in page.text
+        assert f"Cancelled by {AGENT_NAME}" in page.text
 
 
 async def test_a_question_answered_elsewhere_is_410(web: Api) -> None:
     request = await ask(web, {"type": "string"})
     path = await mint(web, request["id"])
-    status, _ = await web.submit(request["unique_id"], "via the API")
+    status, _ = await web.submit(request["unique_id"], "the plan")
     assert status == 200
     page = await fetch(web, path)
     assert page.status == 410 and "This question was answered already" in page.text
+    assert f"Answered by {OPERATOR_NAME} via the API" in page.text
+    # Who answered and when, never what: the answer is not this link holder's to read.
+    assert one(page.html, "time").has("datetime")
+    assert "the plan" not in page.text and "Your answer" not in page.text
 
 
 async def test_two_links_to_one_question_give_one_answer(web: Api) -> None:
@@ -491,13 +507,15 @@ async def test_a_sensitive_value_is_masked_never_echoed_and_never_logged(
     path = await mint(web, request["id"])
     page = await fetch(web, path)
     control = one(page.html, "input", name=ROOT_NAME)
-    assert control.get("type") == "password" and control.get("autocomplete") == "off"
+    assert control.get("type") == "password" and control.get("autocomplete") == "one-time-code"
     invalid = await post(web, path, [(ROOT_NAME, secret_bad)], csrf=csrf_of(page.html))
     assert invalid.status == 422
     assert secret_bad not in invalid.html
     assert one(invalid.html, "input", name=ROOT_NAME).get("value") is None
     done = await post(web, path, [(ROOT_NAME, secret)], csrf=csrf_of(page.html))
     assert done.status == 200 and secret not in done.html
+    # The receipt says it was sent, and that a private answer is not shown.
+    assert "Sent" in done.text and "Your answer is private" in done.text
     result = await web.wait(request["id"])
     assert result["response"] == secret
     assert secret not in json.dumps(await journal(web, request["id"]))
@@ -528,3 +546,83 @@ def test_the_web_section_has_no_keys_and_typos_are_reported(tmp_path: Path) -> N
     assert WebFormsConnector.load_settings(settings) is not None
     with pytest.raises(ConfigError, match=r"web\.colour: unknown key"):
         WebFormsConnector.load_settings(web_settings(f"sqlite:///{tmp_path / 'h.db'}", web={"colour": "blue"}))
+
+
+# --------------------------------------------------------------------------- receipts and looks
+
+
+async def test_an_approval_receipt_says_approved_and_a_rejection_gives_its_reason(web: Api) -> None:
+    for decision, reason, headline in (("approve", "", "Approved"), ("reject", "no backup", "Rejected: no backup")):
+        request = await ask(web, kind="approval", message_for_user="Drop the table?")
+        path = await mint(web, request["id"])
+        form = await fetch(web, path)
+        fields = [("decision", decision)] + ([("reason", reason)] if reason else [])
+        done = await post(web, path, fields, csrf=csrf_of(form.html))
+        assert done.status == 200
+        assert one(done.html, "h1").text.strip() == headline
+        assert one(done.html, "title").text == f"{headline} · Handraise"
+
+
+async def test_a_receipt_recaps_the_answer_by_field_title_in_schema_order(web: Api) -> None:
+    schema = {"type": "object", "properties": {
+        "guests": {"type": "integer", "title": "Guests"},
+        "name": {"type": "string", "title": "Your name"},
+        "vegan": {"type": "boolean", "title": "Vegan menu"},
+        "note": {"type": "string", "title": "Note"},
+    }}
+    request = await ask(web, schema)
+    path = await mint(web, request["id"])
+    form = await fetch(web, path)
+    done = await post(web, path, [("name", "Ann <b>"), ("guests", "3"), ("vegan", "true")],
+                      csrf=csrf_of(form.html))
+    assert done.status == 200 and one(done.html, "h1").text.strip() == "Sent"
+    terms = [e.text for e in find(done.html, "dt")]
+    values = [e.text for e in find(done.html, "dd")]
+    assert terms == ["Guests", "Your name", "Vegan menu"]
+    assert values == ["3", "Ann <b>", "yes"]
+    assert "Ann &lt;b&gt;" in done.html
+
+
+async def test_a_tenants_accent_and_logo_are_served_from_our_origin(tmp_path: Path) -> None:
+    logo = tmp_path / "logo.svg"
+    logo.write_text('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width="10" height="10"/></svg>')
+    settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}",
+                            web={"tenants": {"acme": {"accent_color": "#ffd400", "logo": str(logo)}}})
+    async with running_app(settings, connector_classes=[WebFormsConnector]) as api:
+        request = await ask(api, {"type": "string"})
+        page = await fetch(api, await mint(api, request["id"]))
+        sheets = [e.get("href") for e in find(page.html, "link", rel="stylesheet")]
+        assert len(sheets) == 2 and all(h.startswith("/f/-/static/") for h in sheets)
+        async with api.session.get(api.url(sheets[1])) as theme:
+            css = await theme.text()
+            assert theme.status == 200 and theme.headers["Content-Type"].startswith("text/css")
+        # A yellow accent is too light for text on white: darkened for light mode, with dark text on it.
+        light = css.split("@media")[0]
+        assert "--accent: #ffd400" not in light and "--accent-text: #0b1020" in css
+        image = one(page.html, "img")
+        assert image.get("alt") == ""  # the tenant's name is written beside it
+        async with api.session.get(api.url(image.get("src"))) as served:
+            assert served.status == 200 and served.headers["Content-Type"] == "image/svg+xml"
+            assert served.headers["Content-Security-Policy"] == "default-src 'none'"
+            assert await served.read() == logo.read_bytes()
+        # Another tenant's page carries neither.
+        other = await api.create({"unique_id": "g-1", "message_for_user": "x"}, key=OTHER_AGENT_KEY)
+        status, minted = await api.call("POST", f"/v1/requests/{other['id']}/links", key=OTHER_OPERATOR_KEY)
+        assert status == 201
+        plain = await fetch(api, minted["url"].removeprefix("http://127.0.0.1:8080"))
+        assert len(find(plain.html, "link", rel="stylesheet")) == 1 and not find(plain.html, "img")
+
+
+async def test_looks_of_an_unknown_tenant_stop_the_start(tmp_path: Path) -> None:
+    settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}", web={"tenants": {"nope": {"accent_color": "#123456"}}})
+    with pytest.raises(ConfigError, match="web.tenants.nope"):
+        async with running_app(settings, connector_classes=[WebFormsConnector]):
+            pass
+
+
+def test_looks_refuse_a_bad_colour_and_a_missing_logo(tmp_path: Path) -> None:
+    for looks, problem in (({"accent_color": "blue"}, "accent_color"),
+                           ({"logo": str(tmp_path / "none.png")}, "logo"),
+                           ({"logo": str(tmp_path)}, "logo")):
+        with pytest.raises(ConfigError, match=problem):
+            WebFormsConnector.load_settings(web_settings("sqlite://", web={"tenants": {"acme": looks}}))

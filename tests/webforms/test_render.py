@@ -9,7 +9,7 @@ import pytest
 from multidict import MultiDict
 
 from handraise.core.schema import APPROVAL_SCHEMA, FieldError, check_schema, validate_answer
-from handraise.webforms.pages import Pages, time_left_text
+from handraise.webforms.pages import FormPage, Pages, time_left_text
 from handraise.webforms.render import (
     CSRF_FIELD,
     OFFSET_PREFIX,
@@ -35,9 +35,10 @@ def render(schema: dict | None, *, kind: str = "input", sensitive: bool = False,
     by_field, general = split_errors(specs, [FieldError(f, m) for f, m in errors])
     views = field_views(specs, posted=posted, errors=by_field, keep_values=not sensitive,
                         approval=kind == "approval")
-    return PAGES.form(question=question, asker="Acme Corp", created_by="agent:agent-1", recipient=recipient,
-                      seconds_left=299.2, fields=views, general_errors=general, csrf="csrf-token-value",
-                      approval=kind == "approval", sensitive=sensitive)
+    return PAGES.form(FormPage(
+        question=question, tenant_name="Acme Corp", asker_name="Deploy bot", recipient=recipient,
+        seconds_left=299.2, expires_at=1_800_000_000, fields=views, general_errors=general, csrf="csrf-token-value",
+        approval=kind == "approval", sensitive=sensitive))
 
 
 def obj(**properties: Any) -> dict:
@@ -58,8 +59,8 @@ def label_for(elements: list, control_id: str) -> str:
 def test_page_shows_question_asker_time_left_and_csrf() -> None:
     html = render(None, recipient="Alice", question="Deploy <b>now</b>?\nSecond line")
     text = visible_text(html)
-    assert "Question from Acme Corp" in text
-    assert "agent:agent-1" in text and "Alice" in text
+    assert "Acme Corp" in text and "Asked by Deploy bot for Alice" in text
+    assert "agent" not in text
     assert by_id(html, "countdown").get("data-seconds-left") == "300"
     assert by_id(html, "countdown").text == "5 min 0 s"
     # Autoescaped: the question is text, never markup; its line break is kept.
@@ -93,20 +94,78 @@ def test_time_left_text(seconds: float, text: str) -> None:
 
 
 def test_string_is_a_text_input_with_pattern_and_length() -> None:
-    html = render(obj(code={"type": "string", "pattern": "^[0-9]{6}$", "minLength": 6, "maxLength": 6,
-                            "title": "Code", "description": "From the SMS", "_required": True}))
+    html = render(obj(code={"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$", "minLength": 8, "maxLength": 8,
+                            "title": "Ticket", "description": "From the ticket's header", "_required": True}))
     elements = parse(html)
     control = one(elements, "input", name="code")
     assert control.get("type") == "text"
     assert control.has("required")
-    assert control.get("minlength") == "6" and control.get("maxlength") == "6"
-    assert control.get("pattern") == html_pattern("^[0-9]{6}$")
+    assert control.get("minlength") == "8" and control.get("maxlength") == "8"
+    assert control.get("pattern") == html_pattern("^[A-Z]{3}-[0-9]{4}$")
     # The label and its required mark; the description is help text the input points at.
-    assert label_for(elements, control.get("id")) == "Code *"
+    assert label_for(elements, control.get("id")) == "Ticket *"
     help_text = by_id(elements, f"{control.get('id')}-help")
-    assert help_text.text == "From the SMS"
+    assert help_text.text == "From the ticket's header"
     assert f"{control.get('id')}-help" in control.get("aria-describedby").split()
-    assert "Exactly 6 characters" in visible_text(html)
+    assert "Exactly 8 characters" in visible_text(html)
+
+
+@pytest.mark.parametrize("pattern", ["^[0-9]{6}$", "^\\d{6}$", "^[0-9][0-9][0-9][0-9][0-9][0-9]$"])
+def test_a_fixed_run_of_digits_is_a_one_time_code_input(pattern: str) -> None:
+    html = render({"type": "string", "pattern": pattern, "title": "Code"})
+    control = one(html, "input", name=ROOT_NAME)
+    assert control.get("type") == "text"
+    assert control.get("inputmode") == "numeric"
+    assert control.get("autocomplete") == "one-time-code"
+    assert control.get("size") == "8" and control.get("data-code-length") == "6"
+    assert "code" in control.get("class").split()
+    # Digits with spaces or dashes between them pass the browser's check; the server takes them out.
+    allowed = re.compile(control.get("pattern"))
+    assert allowed.fullmatch("123456") and allowed.fullmatch("123 456") and allowed.fullmatch("12-34-56")
+    assert not allowed.fullmatch("12345") and not allowed.fullmatch("12345x")
+    assert "6 digits" in visible_text(html)
+
+
+@pytest.mark.parametrize("pattern", ["[0-9]{6}", "^[0-9]{6,8}$", "^[0-9]{3}$", "^[a-z]{6}$", "^[0-9]{6}x$"])
+def test_other_patterns_are_not_codes(pattern: str) -> None:
+    control = one(render({"type": "string", "pattern": pattern}), "input", name=ROOT_NAME)
+    assert control.get("autocomplete") != "one-time-code" and not control.has("data-code-length")
+
+
+def test_a_sensitive_code_is_masked_but_still_a_code() -> None:
+    html = render({"type": "string", "pattern": "^[0-9]{6}$"}, sensitive=True, posted={ROOT_NAME: ["123456"]},
+                  errors=[("", "is wrong")])
+    control = one(html, "input", name=ROOT_NAME)
+    assert control.get("type") == "password"
+    assert control.get("inputmode") == "numeric" and control.get("autocomplete") == "one-time-code"
+    assert control.get("value") is None and "123456" not in html
+
+
+@pytest.mark.parametrize("typed", ["123456", "123 456", " 123-456 ", "12 34 56", "123\u2013456", "123.456"])
+def test_a_pasted_code_loses_its_separators(typed: str) -> None:
+    specs = form_specs({"type": "string", "pattern": "^[0-9]{6}$"}, sensitive=False)
+    parsed = parse_form(specs, MultiDict([(ROOT_NAME, typed)]))
+    assert parsed.value == "123456" and not parsed.errors
+    assert validate_answer({"type": "string", "pattern": "^[0-9]{6}$"}, parsed.value) == []
+
+
+def test_a_code_with_letters_is_left_for_the_validator() -> None:
+    specs = form_specs({"type": "string", "pattern": "^[0-9]{6}$"}, sensitive=False)
+    parsed = parse_form(specs, MultiDict([(ROOT_NAME, "12 34 5x")]))
+    assert parsed.value == "12345x"
+    assert validate_answer({"type": "string", "pattern": "^[0-9]{6}$"}, parsed.value)
+
+
+@pytest.mark.parametrize(("sub", "shown"), [
+    ({"type": "integer", "minimum": 1, "maximum": 40, "description": "Between 1 and 40"}, False),
+    ({"type": "integer", "minimum": 1, "maximum": 40, "description": "How many guests"}, True),
+    ({"type": "integer", "minimum": 1, "maximum": 40}, True),
+    ({"type": "string", "maxLength": 20, "description": "Up to 20 letters"}, False),
+])
+def test_a_hint_the_description_already_gives_is_not_repeated(sub: dict, shown: bool) -> None:
+    text = visible_text(render(obj(x=sub)))
+    hint = "A whole number from 1 to 40" if sub["type"] == "integer" else "At most 20 characters"
+    assert (hint in text) is shown
 
 
 def test_html_pattern_keeps_json_schema_search_semantics() -> None:
