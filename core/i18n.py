@@ -3,8 +3,8 @@
 Source strings are English, so English needs no translation file. A translation is a
 ``core/locale/<locale>/LC_MESSAGES/handraise.po`` (compiled in memory when first used, so
 no binary ``.mo`` lives in the repository); ``core/locale/handraise.pot`` is the template,
-regenerated with ``pybabel extract -F core/locale/babel.cfg -o core/locale/handraise.pot .``
-(a test keeps it in step with the code). Tables of sentences mark theirs with :func:`N_`
+regenerated with the two ``pybabel`` commands the README gives (a test keeps the template and
+the English catalogue in step with the code). Tables of sentences mark theirs with :func:`N_`
 and translate when they are shown.
 
 A page's locale: the first language of the browser's ``Accept-Language`` that we have a

@@ -207,7 +207,7 @@ def test_every_typed_field_of_a_sensitive_request_is_masked(sub: dict, inputmode
     assert control.get("type") == "password"
     assert control.get("autocomplete") == "off"
     assert control.get("inputmode") == inputmode
-    assert "treated as secret" in visible_text(html)
+    assert "Private answer." in visible_text(html)
 
 
 def test_free_text_without_schema_is_a_textarea_named_answer() -> None:
