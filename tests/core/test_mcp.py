@@ -306,6 +306,40 @@ async def test_http_sensitive_question_without_forward_offers_no_link(tmp_path: 
         assert "link_minted" not in [e["event"] for e in entries]
 
 
+async def test_http_with_the_2026_protocol_client(tmp_path: Path) -> None:
+    """The SDK's unified Client negotiates the 2026-07-28 protocol (the SDK's other HTTP entry)."""
+    from mcp import Client
+
+    async with mcp_app(tmp_path) as api:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {AGENT_KEY}"})
+        async with http, Client(streamable_http_client(api.url("/mcp"), http_client=http)) as client:
+            assert client.protocol_version == "2026-07-28"
+            assert len((await client.list_tools()).tools) == 3
+            progressed = asyncio.Event()
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                progressed.set()
+
+            async def answer_after_progress(request: dict[str, Any]) -> None:
+                await asyncio.wait_for(progressed.wait(), 30)
+                status, _ = await api.submit(request["unique_id"], "modern")
+                assert status == 200
+
+            async with InProcessHuman(api).on_created(answer_after_progress):
+                result = await client.call_tool("ask_human", {"question": "Which era?", "timeout_seconds": 60},
+                                                progress_callback=on_progress)
+            assert result.structured_content["answer"] == "modern"
+            expired = await client.call_tool("ask_human", {"question": "Anyone?", "timeout_seconds": 1})
+            assert expired.is_error and "expired" in expired.content[0].text
+            with api.app[BUS].subscribe(tenant_id="acme", types={"request.created", "request.resolved"}) as sub:
+                call = asyncio.ensure_future(client.call_tool("ask_human", {"question": "Cancel?",
+                                                                            "timeout_seconds": 60}))
+                created = await asyncio.wait_for(sub.queue.get(), 30)
+                call.cancel()
+                resolved = await asyncio.wait_for(sub.queue.get(), 30)
+            assert resolved.object_id == created.object_id and resolved.data["status"] == "cancelled"
+
+
 # -- over stdio, against a real server ---------------------------------------------------------
 
 
