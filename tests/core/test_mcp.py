@@ -226,6 +226,13 @@ async def test_http_bad_arguments_are_clear_tool_errors(tmp_path: Path) -> None:
             await session.call_tool("delete_everything", {})
 
 
+async def test_http_mcp_can_be_switched_off(tmp_path: Path) -> None:
+    config = base_config(f"sqlite:///{tmp_path / 'off.db'}", mcp={"enabled": False})
+    async with running_app(settings_from(config)) as api:
+        status, body = await api.call("POST", "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert status == 404 and body["error"] == "not_found"
+
+
 async def test_http_wrong_key_and_wrong_scope_are_refused(tmp_path: Path) -> None:
     async with mcp_app(tmp_path) as api:
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
