@@ -136,7 +136,8 @@ def settle_flow(attach: Call, *, timeout_seconds: float, policy: RetryPolicy, wa
                 record = RequestRecord.model_validate(_checked((yield from _send(attach))))
                 deadline = max(deadline, record.expires_at.timestamp() + policy.grace_seconds)
             while not record.terminal:
-                chunk = max(0.0, min(wait_chunk, record.expires_at.timestamp() - clock() + 1.0))
+                # At least a second: a client clock ahead of the server's must not spin on instant replies.
+                chunk = max(1.0, min(wait_chunk, record.expires_at.timestamp() - clock() + 1.0))
                 record = RequestRecord.model_validate(_checked((yield from _send(Call(
                     "GET", f"/v1/requests/{record.id}/wait", params={"timeout": f"{chunk:.3f}"},
                     read_timeout=chunk + 30.0)))))
