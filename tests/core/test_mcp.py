@@ -97,6 +97,14 @@ class InProcessHuman:
         return self.on_created(act)
 
 
+async def next_event(sub: Any, kind: str, object_id: str | None = None) -> Any:
+    """The next event of ``kind`` (about ``object_id``), skipping late events of earlier requests."""
+    while True:
+        event = await asyncio.wait_for(sub.queue.get(), 30)
+        if event.type == kind and object_id in (None, event.object_id):
+            return event
+
+
 # -- over HTTP ---------------------------------------------------------------------------------
 
 
@@ -170,9 +178,9 @@ async def test_http_client_cancellation_cancels_the_request_journaled(tmp_path: 
         with api.app[BUS].subscribe(tenant_id="acme", types={"request.created", "request.resolved"}) as sub:
             call = asyncio.ensure_future(session.call_tool("ask_human", {"question": "Cancel me",
                                                                          "timeout_seconds": 60}))
-            created = await asyncio.wait_for(sub.queue.get(), 30)
+            created = await next_event(sub, "request.created")
             call.cancel()  # the SDK sends notifications/cancelled for the abandoned call
-            resolved = await asyncio.wait_for(sub.queue.get(), 30)
+            resolved = await next_event(sub, "request.resolved", created.object_id)
         with pytest.raises(asyncio.CancelledError):
             await call
         assert resolved.object_id == created.object_id and resolved.data["status"] == "cancelled"
@@ -341,9 +349,9 @@ async def test_http_with_the_2026_protocol_client(tmp_path: Path) -> None:
             with api.app[BUS].subscribe(tenant_id="acme", types={"request.created", "request.resolved"}) as sub:
                 call = asyncio.ensure_future(client.call_tool("ask_human", {"question": "Cancel?",
                                                                             "timeout_seconds": 60}))
-                created = await asyncio.wait_for(sub.queue.get(), 30)
+                created = await next_event(sub, "request.created")
                 call.cancel()
-                resolved = await asyncio.wait_for(sub.queue.get(), 30)
+                resolved = await next_event(sub, "request.resolved", created.object_id)
             assert resolved.object_id == created.object_id and resolved.data["status"] == "cancelled"
 
 
@@ -410,10 +418,18 @@ async def test_stdio_client_cancellation_cancels_the_request(live_server: LiveSe
         call = asyncio.ensure_future(session.call_tool("ask_human", {"question": "Cancel me too",
                                                                      "timeout_seconds": 60}))
         stream = aiter(events)
-        created = (await asyncio.wait_for(anext(stream), 30)).request
+
+        async def next_about(kind: str, match: Callable[[Any], bool]) -> Any:
+            # The live server is shared: skip late events of other tests' requests.
+            while True:
+                event = await asyncio.wait_for(anext(stream), 30)
+                if event.type == kind and match(event.request):
+                    return event.request
+
+        created = await next_about("request.created", lambda r: r.message_for_user == "Cancel me too")
         call.cancel()
-        resolved = (await asyncio.wait_for(anext(stream), 30)).request
-    assert resolved.id == created.id and resolved.status == "cancelled"
+        resolved = await next_about("request.resolved", lambda r: r.id == created.id)
+    assert resolved.status == "cancelled"
     assert resolved.cancelled_by == "agent:agent-1"
 
 
