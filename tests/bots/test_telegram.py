@@ -210,7 +210,7 @@ async def test_tap_on_a_resolved_request(db: str) -> None:
         data = [driver.button(p, "approve")["callback_data"] for p in posts]
 
         assert (await api.submit("t-1", {"decision": "reject"}))[0] == 200
-        assert (await api.wait(expiring["id"], timeout=5))["status"] == "expired"
+        assert (await api.wait(expiring["id"], timeout=30))["status"] == "expired"
         await api.app[DISPATCHER].idle()
         for posted, token, text in zip(posts, data, ("This was already answered.", "This question expired.")):
             update = driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=posted.ref["message_id"],

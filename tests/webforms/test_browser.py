@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +189,14 @@ async def test_the_countdown_runs_to_zero_and_a_late_answer_is_410(page: Any, tm
     from playwright.async_api import expect
 
     async with hosted(tmp_path) as app:
-        request = await app.ask(timeout_seconds=2, message_for_user="Quick!")
+        # Long enough that a loaded machine still opens the page before the deadline.
+        request = await app.ask(timeout_seconds=8, message_for_user="Quick!")
         await page.goto(await app.link(request["id"]))
         first = await page.text_content("#countdown")
-        assert first in ("2 s", "1 s")
+        assert re.fullmatch(r"[1-8] s", first or ""), first
         # expect() polls from Playwright's own injected script: wait_for_function would need eval,
         # which the page's Content-Security-Policy rightly refuses.
-        await expect(page.locator("#countdown")).to_have_text("none, the time is up", timeout=6000)
+        await expect(page.locator("#countdown")).to_have_text("none, the time is up", timeout=30_000)
         assert (await app.wait(request["id"]))["status"] == "expired"
         await page.fill('textarea[name="answer"]', "too late")
         assert await submit(page) == 410

@@ -393,7 +393,7 @@ async def test_an_expired_question_is_410(web: Api) -> None:
     request = await ask(web, {"type": "string"}, timeout_seconds=1)
     path = await mint(web, request["id"])
     form = await fetch(web, path)
-    assert (await web.wait(request["id"], timeout=5))["status"] == "expired"
+    assert (await web.wait(request["id"], timeout=30))["status"] == "expired"
     for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "late")], csrf=csrf_of(form.html))):
         assert page.status == 410
         assert_page_headers(page)
