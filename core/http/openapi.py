@@ -1,45 +1,96 @@
-"""The OpenAPI 3.1 document served at ``/openapi.json``; a test keeps it in step with the routes."""
+"""The OpenAPI 3.1 document served at ``/openapi.json``, built from the pydantic models the handlers use.
+
+Bodies and query strings are documented from the very models that parse them
+(``parse_body``, ``parse_query``), so the document cannot drift from the server;
+a test keeps it in step with the routes, and a bounded schemathesis run
+(tests/core/test_openapi_conformance.py) holds the rest together.
+
+Adding an endpoint: give ``_op`` its body model (``body=``), its query model
+(``query=``), its path parameters and its response models (``_json(Model, …)``);
+every model named there lands in ``components.schemas`` by itself.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
-from handraise.core.api import RequestRecord
+from handraise.core.annotations import AnnotationBody
+from handraise.core.api import (
+    MAX_ID_CHARS,
+    CreateRequestBody,
+    LinkBody,
+    LinkRecord,
+    RequestRecord,
+    SubmitBody,
+    optional_not_null,
+)
+from handraise.core.http.annotations import ListAnnotationsQuery, SummaryQuery
+from handraise.core.http.requests import ListRequestsQuery, WaitQuery
+from handraise.core.text import LABEL_PATTERN
 
 routes = web.RouteTableDef()
 
-_ERROR = {"$ref": "#/components/schemas/Error"}
-_REQUEST = {"$ref": "#/components/schemas/Request"}
+_REF = "#/components/schemas/{model}"
+_ERROR = {"$ref": _REF.format(model="Error")}
+# Models the document names, with the side each describes: what a client sends or what it gets.
+_MODELS: dict[type[BaseModel], str] = {}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _ref(model: type[BaseModel], mode: str) -> dict[str, Any]:
+    _MODELS[model] = mode
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(schema: dict[str, Any] | type[BaseModel], description: str) -> dict[str, Any]:
+    if isinstance(schema, type):
+        schema = _ref(schema, "serialization")
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    words = {400: "Malformed JSON or query", 401: "No or unknown key", 403: "Wrong scope",
-             404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone", 413: "Body too large",
-             422: "Invalid body, schema or answer", 501: "Capability not provided"}
+    words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
+             403: "Wrong scope", 404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone",
+             413: "Body too large", 422: "Invalid body, schema or answer", 501: "Capability not provided"}
     return {str(s): _json(_ERROR, words[s]) for s in statuses}
 
 
+def _query(model: type[BaseModel]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema()
+    optional_not_null(schema)  # a query string has no null: a parameter is there or not
+    required = set(schema.get("required", []))
+    return [{"name": name, "in": "query", "required": name in required, "schema": prop}
+            for name, prop in schema["properties"].items()]
+
+
 def _op(summary: str, *, scopes: list[str] | None, ok: dict[str, Any], errors: tuple[int, ...] = (),
-        body: dict[str, Any] | None = None, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "responses": {**ok, **_errors(*errors)}}
+        body: type[BaseModel] | dict[str, Any] | None = None, body_required: bool = True,
+        query: type[BaseModel] | None = None, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    # Any request can be malformed before its handler runs (a control character in the path or
+    # query, an Authorization header that is not ASCII): 400 is on every operation.
+    op: dict[str, Any] = {"summary": summary, "responses": {**ok, **_errors(*sorted({400, *errors}))}}
     op["security"] = [{"bearer": scopes}] if scopes else []
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
-    if params:
-        op["parameters"] = params
+        schema = _ref(body, "validation") if isinstance(body, type) else body
+        op["requestBody"] = {"required": body_required, "content": {"application/json": {"schema": schema}}}
+    parameters = [*(params or []), *(_query(query) if query is not None else [])]
+    if parameters:
+        op["parameters"] = parameters
     return op
 
 
-_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-_RUN = {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}}
-_CREATE = {"$ref": "#/components/schemas/CreateRequest"}
-_ANNOTATION = {"$ref": "#/components/schemas/Annotation"}
+def _path_id(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True,
+            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": LABEL_PATTERN}}
+
+
+_ID = _path_id("id")
+_RUN = _path_id("runId")
+_ANNOTATION = {"$ref": _REF.format(model="Annotation")}
+_REQUEST = {"$ref": _REF.format(model="RequestRecord")}
 
 PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("Liveness and store check", scopes=None,
@@ -53,20 +104,20 @@ PATHS: dict[str, dict[str, Any]] = {
                             scopes=["metrics"], ok={"200": {"description": "Prometheus text format 0.0.4"}},
                             errors=(401, 403))},
     "/v1/requests": {
-        "post": _op("Create a request (idempotent on unique_id)", scopes=["ask"], body=_CREATE,
-                    ok={"201": _json(_REQUEST, "Created"), "200": _json(_REQUEST, "Same unique_id, same body")},
+        "post": _op("Create a request (idempotent on unique_id)", scopes=["ask"], body=CreateRequestBody,
+                    ok={"201": _json(RequestRecord, "Created"),
+                        "200": _json(RequestRecord, "Same unique_id, same body")},
                     errors=(400, 401, 403, 409, 413, 422)),
-        "get": _op("List this tenant's requests", scopes=["read", "ask"],
-                   params=[{"name": "status", "in": "query", "schema": {"type": "string"}},
-                           {"name": "run_id", "in": "query", "schema": {"type": "string"}},
-                           {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
-                   ok={"200": _json({"type": "object"}, "Requests")}, errors=(400, 401, 403)),
+        "get": _op("List this tenant's requests, newest first", scopes=["read", "ask"], query=ListRequestsQuery,
+                   ok={"200": _json({"type": "object", "required": ["requests"], "properties": {
+                       "requests": {"type": "array", "items": _REQUEST}}}, "Requests")},
+                   errors=(400, 401, 403)),
     },
     "/v1/requests/{id}": {"get": _op("A request as it stands", scopes=["ask", "read"], params=[_ID],
                                      ok={"200": _json(_REQUEST, "The request")}, errors=(401, 403, 404))},
     "/v1/requests/{id}/wait": {"get": _op(
         "Long-poll until terminal (timeout capped at limits.max_wait_seconds)", scopes=["ask"],
-        params=[_ID, {"name": "timeout", "in": "query", "schema": {"type": "number", "minimum": 0}}],
+        params=[_ID], query=WaitQuery,
         ok={"200": _json(_REQUEST, "The request, terminal or as it stands at the timeout")},
         errors=(400, 401, 403, 404))},
     "/v1/requests/{id}/cancel": {"post": _op("Cancel a pending request", scopes=["ask"], params=[_ID],
@@ -74,12 +125,10 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/requests/{id}/links": {"post": _op(
         "Mint a one-time form link (forward: only for a request the key created itself)",
         scopes=["answer", "forward"], params=[_ID],
-        body={"type": "object", "properties": {"recipient": {"type": "string"}}, "additionalProperties": False},
-        ok={"201": _json({"type": "object", "properties": {"url": {"type": "string"},
-                                                            "expires_at": {"type": "string"}}}, "Link")},
+        body=LinkBody, body_required=False, ok={"201": _json(LinkRecord, "Link")},
         errors=(400, 401, 403, 404, 409, 410, 413, 422))},
     "/v1/human-feedback": {"post": _op(
-        "Create and wait until terminal (the blocking human_feedback tool)", scopes=["ask"], body=_CREATE,
+        "Create and wait until terminal (the blocking human_feedback tool)", scopes=["ask"], body=CreateRequestBody,
         ok={"200": _json(_REQUEST, "Terminal: answered, expired or cancelled")},
         errors=(400, 401, 403, 409, 413, 422))},
     "/mcp": {
@@ -93,9 +142,9 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/api/human-feedback/submit": {"post": _op(
         "Submit an answer by unique_id", scopes=["answer"],
-        body={"type": "object", "required": ["unique_id", "response"],
-              "properties": {"unique_id": {"type": "string"}, "response": {}}},
-        ok={"200": _json({"type": "object"}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422))},
+        body=SubmitBody,
+        ok={"200": _json({"type": "object", "required": ["accepted", "request"], "properties": {
+            "accepted": {"const": True}, "request": _REQUEST}}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422))},
     "/v1/events": {"get": _op(
         "Server-Sent Events: request.created, request.resolved, run.annotated", scopes=["read"],
         params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
@@ -112,13 +161,11 @@ PATHS: dict[str, dict[str, Any]] = {
             "feedback": {"$ref": "#/components/schemas/FeedbackCapability"}}}, "Discovery document")})},
     "/v1/runs/{runId}/annotations": {
         "post": _op("Record an annotation on a run (RFC 0056); accepted on any run, finished or not",
-                    scopes=["annotate"], params=[_RUN], body={"$ref": "#/components/schemas/AnnotationInput"},
+                    scopes=["annotate"], params=[_RUN], body=AnnotationBody,
                     ok={"201": _json(_ANNOTATION, "The persisted Annotation")},
                     errors=(400, 401, 403, 409, 413, 422, 501)),
         "get": _op("This tenant's annotations of a run, oldest first", scopes=["read", "annotate"],
-                   params=[_RUN, {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-                           {"name": "limit", "in": "query",
-                            "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}}],
+                   params=[_RUN], query=ListAnnotationsQuery,
                    ok={"200": _json({"type": "object", "required": ["annotations", "next_cursor"], "properties": {
                        "annotations": {"type": "array", "items": _ANNOTATION},
                        "next_cursor": {"type": ["string", "null"]}}}, "A page of annotations")},
@@ -127,9 +174,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/feedback/summary": {"get": _op(
         "Feedback summary over a run or a time window (current annotations; rates per annotated run)",
         scopes=["read", "annotate"],
-        params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
-                {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
-                {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}}],
+        query=SummaryQuery,
         ok={"200": _json({"type": "object"}, "Counts per signal, mean rating, correction and flag rates")},
         errors=(400, 401, 403, 422, 501))},
     "/v1/runs/{runId}/bundle": {"get": _op(
@@ -138,91 +183,58 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def _public_shapes() -> dict[str, Any]:
-    # The request as returned has one definition, the pydantic model the Python client reads it with.
-    schema = RequestRecord.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
-    return {**schema.pop("$defs", {}), "Request": schema}
-
-
-COMPONENTS: dict[str, Any] = {
-    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-    "schemas": {
-        "Error": {
-            "type": "object", "required": ["error", "message"],
-            "description": "OpenWOP's flat error envelope; per-field problems in details.fields",
-            "properties": {
-                "error": {"type": "string", "description": "a stable code, e.g. invalid_answer"},
-                "message": {"type": "string"},
-                "details": {"type": "object", "properties": {"fields": {"type": "array", "items": {
-                    "type": "object", "required": ["field", "message"],
-                    "properties": {"field": {"type": "string"}, "message": {"type": "string"}}}}}},
-            },
+# What no model describes: the error envelope, the capability block and the RFC's Annotation as
+# ``annotation_json`` writes it (its target and signal are the input models' own schemas).
+_HAND_WRITTEN: dict[str, Any] = {
+    "Error": {
+        "type": "object", "required": ["error", "message"],
+        "description": "OpenWOP's flat error envelope; per-field problems in details.fields",
+        "properties": {
+            "error": {"type": "string", "description": "a stable code, e.g. invalid_answer"},
+            "message": {"type": "string"},
+            "details": {"type": "object", "properties": {"fields": {"type": "array", "items": {
+                "type": "object", "required": ["field", "message"],
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}}}}}},
         },
-        "CreateRequest": {
-            "type": "object", "required": ["unique_id", "message_for_user"], "additionalProperties": False,
-            "properties": {
-                "unique_id": {"type": "string", "maxLength": 200},
-                "message_for_user": {"type": "string"},
-                "timeout_seconds": {"type": "integer", "minimum": 1},
-                "schema": {"type": "object", "description": "A JSON schema in the supported form subset"},
-                "kind": {"type": "string", "enum": ["input", "approval", "choice"]},
-                "sensitive": {"type": "boolean"},
-                "run_id": {"type": "string"},
-                "channels": {"type": "array", "items": {"type": "string"}},
-            },
+    },
+    "FeedbackCapability": {
+        "type": "object", "required": ["supported"], "additionalProperties": False,
+        "properties": {
+            "supported": {"type": "boolean"},
+            "targets": {"type": "array", "items": {"type": "string", "enum": ["run", "event", "node"]}},
+            "signals": {"type": "array",
+                        "items": {"type": "string", "enum": ["rating", "correction", "label", "flag"]}},
         },
-        "FeedbackCapability": {
-            "type": "object", "required": ["supported"], "additionalProperties": False,
-            "properties": {
-                "supported": {"type": "boolean"},
-                "targets": {"type": "array", "items": {"type": "string", "enum": ["run", "event", "node"]}},
-                "signals": {"type": "array",
-                            "items": {"type": "string", "enum": ["rating", "correction", "label", "flag"]}},
-            },
+    },
+    "Annotation": {
+        "type": "object", "required": ["annotationId", "target", "signal", "actor", "createdAt"],
+        "additionalProperties": False,
+        "properties": {
+            "annotationId": {"type": "string"},
+            "target": {"allOf": [{"$ref": _REF.format(model="AnnotationTarget")}], "required": ["runId"]},
+            "signal": {"$ref": _REF.format(model="AnnotationSignal")},
+            "actor": {"type": "object", "required": ["principalRef"],
+                      "properties": {"principalRef": {"type": "string"}}},
+            "note": {"type": "string"},
+            "createdAt": {"type": "string", "format": "date-time"},
+            "supersedes": {"type": "string"},
         },
-        "AnnotationTarget": {
-            "type": "object", "additionalProperties": False,
-            "properties": {"runId": {"type": "string"}, "eventId": {"type": "string"}, "nodeId": {"type": "string"}},
-        },
-        "AnnotationSignal": {
-            "type": "object", "required": ["kind"], "additionalProperties": False,
-            "description": "rating iff kind=rating, label iff kind=label, correction iff kind=correction",
-            "properties": {
-                "kind": {"type": "string", "enum": ["rating", "correction", "label", "flag"]},
-                "rating": {"type": "integer", "minimum": 1, "maximum": 5},
-                "label": {"type": "string", "minLength": 1, "maxLength": 500},
-                "correction": {"type": "string", "maxLength": 10000},
-            },
-        },
-        "AnnotationInput": {
-            "type": "object", "required": ["signal"], "additionalProperties": False,
-            "description": "An Annotation without annotationId, actor and createdAt (the server assigns them); "
-                           "target.runId defaults to the path and must match it",
-            "properties": {
-                "target": {"$ref": "#/components/schemas/AnnotationTarget"},
-                "signal": {"$ref": "#/components/schemas/AnnotationSignal"},
-                "note": {"type": "string", "maxLength": 10000},
-                "supersedes": {"type": "string", "description": "An earlier annotation of the same run, "
-                                                                "recorded by the same actor, that this one replaces"},
-            },
-        },
-        "Annotation": {
-            "type": "object", "required": ["annotationId", "target", "signal", "actor", "createdAt"],
-            "additionalProperties": False,
-            "properties": {
-                "annotationId": {"type": "string"},
-                "target": {"allOf": [{"$ref": "#/components/schemas/AnnotationTarget"}], "required": ["runId"]},
-                "signal": {"$ref": "#/components/schemas/AnnotationSignal"},
-                "actor": {"type": "object", "required": ["principalRef"],
-                          "properties": {"principalRef": {"type": "string"}}},
-                "note": {"type": "string"},
-                "createdAt": {"type": "string", "format": "date-time"},
-                "supersedes": {"type": "string"},
-            },
-        },
-        **_public_shapes(),
     },
 }
+
+
+def _components() -> dict[str, Any]:
+    _, schemas = models_json_schema([(model, mode) for model, mode in _MODELS.items()],  # type: ignore[misc]
+                                    by_alias=True, ref_template=_REF)
+    generated = schemas.get("$defs", {})
+    missing = [m.__name__ for m in _MODELS if m.__name__ not in generated]
+    if missing:  # pragma: no cover - two models of one name would shadow each other
+        raise RuntimeError(f"OpenAPI components missing for {missing}")
+    return {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {**generated, **_HAND_WRITTEN}}
+
+
+COMPONENTS: dict[str, Any] = _components()
 
 
 def document() -> dict[str, Any]:
