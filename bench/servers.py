@@ -135,11 +135,12 @@ async def seed_requests(*, storage_url: str, workdir: Path, count: int, concurre
     from handraise.core.api import CreateRequestBody
     from handraise.core.config import load_settings
     from handraise.core.events import EventBus
+    from handraise.core.serversecret import load_server_secret
     from handraise.core.service import RequestService
     from handraise.core.store import Store
 
     settings = load_settings(write_config(storage_url=storage_url, workdir=workdir))
-    store = Store(url=settings.storage.url)
+    store = Store(url=settings.storage.url, secret=load_server_secret(settings))
     service = RequestService(settings=settings, store=store, bus=EventBus(instance_id="bench-seed"))
     run = secrets.token_hex(3)
     gate = asyncio.Semaphore(concurrency)

@@ -54,7 +54,7 @@ MAX_SUMMARY_ANNOTATIONS = 100_000
 SERVER_ASSIGNED = ("annotationId", "actor", "createdAt")
 # Journal data keys that hold identifiers or digests: exported as they are, not run through the redactor.
 _ID_KEYS = frozenset({"unique_id", "link_id", "annotation_id", "supersedes", "event_id", "node_id",
-                      "response_sha256", "expires_at", "timeout_seconds", "kind", "rating", "sensitive"})
+                      "expires_at", "timeout_seconds", "kind", "rating", "sensitive"})
 
 
 # -- the RFC 0056 schema, as pydantic models -----------------------------------
@@ -274,9 +274,10 @@ class AnnotationService:
         }
         try:
             async with self.store.transaction() as conn:
-                # The journal append takes the store's global write lock (PostgreSQL advisory lock, SQLite
-                # BEGIN IMMEDIATE); inserting after it makes seq order commit order, so a list cursor never
-                # skips an annotation that committed late, and createdAt never goes backwards along seq.
+                # The journal append locks the tenant's chain head until COMMIT (SQLite: BEGIN IMMEDIATE
+                # already serialises writers); inserting after it makes seq order commit order within the
+                # tenant, so a list cursor never skips an annotation that committed late, and createdAt
+                # never goes backwards along seq.
                 await self.store.append_journal(
                     conn, tenant_id=tenant_id, event="annotation_recorded", run_id=run_id, principal=principal,
                     channel=via, data=_journal_data(row))
@@ -393,7 +394,7 @@ class AnnotationService:
         journal = [
             {"seq": e.seq, "event": e.event, "request_id": e.request_id, "run_id": e.run_id,
              "principal": e.principal, "channel": e.channel, "at": iso(e.at), "hash": e.hash,
-             "data": {k: v if k in _ID_KEYS else redact_value(v) for k, v in e.data.items()}}
+             "data": {k: v if k in _ID_KEYS else redact_value(v) for k, v in e.public_data().items()}}
             for e in await self.store.journal_rows_for_run(tenant_id=tenant_id, run_id=run_id)
         ]
         out: dict[str, Any] = {"format": "handraise.run-bundle/1", "run_id": run_id,

@@ -181,7 +181,6 @@ class RequestView:
     created_by: str
     response: Any = None
     response_purged: bool = False
-    response_sha256: str | None = None
     resolved_by: str | None = None
     resolved_via: str | None = None
     resolved_at: float | None = None
@@ -205,7 +204,7 @@ class RequestView:
             channels=json.loads(row["channels_json"]), created_at=row["created_at"], expires_at=row["expires_at"],
             created_by=row["created_by"],
             response=json.loads(row["response_json"]) if row["response_json"] is not None else None,
-            response_purged=bool(row["response_purged"]), response_sha256=row["response_sha256"],
+            response_purged=bool(row["response_purged"]),
             resolved_by=row["resolved_by"], resolved_via=row["resolved_via"], resolved_at=row["resolved_at"],
             deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
                                      d["updated_at"]) for d in (deliveries or [])],

@@ -40,6 +40,7 @@ from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
+from handraise.core.serversecret import ServerSecret, load_server_secret
 from handraise.core.service import RequestService
 from handraise.core.store import NOTIFY_CHANNEL, Store
 
@@ -53,7 +54,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     classes = load_enabled(settings) if connector_classes is None else connector_classes
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
     instance_id = instance_id or secrets.token_hex(6)
-    store = Store(url=settings.storage.url)
+    store = Store(url=settings.storage.url, secret=_server_secret(settings))
     bus = EventBus(instance_id=instance_id)
     service = RequestService(settings=settings, store=store, bus=bus)
     http = ClientSession(timeout=ClientTimeout(total=30))
@@ -114,11 +115,25 @@ def _mount(app: web.Application, connector: Connector, settings: Settings) -> No
 MIN_POSTGRES = (13, 0)
 
 
+def _storage_names(settings: Settings) -> tuple[str, str]:
+    """Where the storage URL was set, and the URL without its password."""
+    where = "HANDRAISE_STORAGE__URL" if "HANDRAISE_STORAGE__URL" in os.environ else "[storage] url"
+    return where, re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", settings.storage.url)
+
+
+def _server_secret(settings: Settings) -> ServerSecret:
+    try:
+        return load_server_secret(settings)
+    except OSError as e:  # by default the secret file sits beside the SQLite file: the same folder problems
+        where, shown = _storage_names(settings)
+        raise UnavailableError(f"storage.url {shown}: cannot open the store ({e}); check {where} "
+                               "or [security] secret_file") from e
+
+
 async def open_store(settings: Settings, store: Store | None = None) -> Store:
     """Open (and migrate) the store, or raise UnavailableError in one line naming storage.url and the fix."""
-    store = store or Store(url=settings.storage.url)
-    where = "HANDRAISE_STORAGE__URL" if "HANDRAISE_STORAGE__URL" in os.environ else "[storage] url"
-    shown = re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", settings.storage.url)
+    store = store or Store(url=settings.storage.url, secret=_server_secret(settings))
+    where, shown = _storage_names(settings)
     try:
         if store.is_postgres:
             await check_postgres_version(store.asyncpg_dsn())

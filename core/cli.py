@@ -205,21 +205,53 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 # -- journal -------------------------------------------------------------------
 
 
+ANCHOR_FORMAT = "handraise.journal-anchor/1"
+
+
+def cmd_journal_anchor(args: argparse.Namespace) -> int:
+    """Print every tenant's chain head as one JSON line: keep it off this machine, verify against it later."""
+    settings = _settings(args)
+    heads = asyncio.run(_with_store(settings, lambda s: s.journal.anchor()))
+    print(json.dumps({"format": ANCHOR_FORMAT, "at": int(time.time()), "heads": heads}, sort_keys=True))
+    return 0
+
+
+def _read_anchor(value: str) -> dict[str, Any]:
+    """``--anchor``: the JSON line ``journal anchor`` printed, or a file holding it."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"--anchor {value}: {e}") from None
+    try:
+        anchor = json.loads(text)
+        heads = anchor["heads"]
+        if anchor.get("format") != ANCHOR_FORMAT or not all(
+                isinstance(h, dict) and isinstance(h.get("seq"), int) and isinstance(h.get("hash"), str)
+                for h in heads.values()):
+            raise ValueError("not an anchor")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError("--anchor: not what 'handraise journal anchor' prints") from None
+    return heads
+
+
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    anchor = _read_anchor(args.anchor) if args.anchor else None
 
-    async def verify(store: Any) -> tuple[list[str], int]:
-        problems = await store.verify_journal()
-        head = await store.get_state("journal", "head")
-        return problems, json.loads(head)["seq"] if head else 0
+    async def verify(store: Any) -> tuple[list[str], dict[str, Any]]:
+        return await store.verify_journal(anchor=anchor), await store.journal.anchor()
 
-    problems, count = asyncio.run(_with_store(settings, verify))
+    problems, heads = asyncio.run(_with_store(settings, verify))
     if problems:
         for problem in problems[:50]:
             print(f"journal: {problem}", file=sys.stderr)
         print(f"journal: BROKEN ({len(problems)} problem(s))", file=sys.stderr)
         return EXIT_ERROR
-    print(f"journal: intact ({count} entries)")
+    count = sum(h["seq"] for h in heads.values())
+    against = " and reaches the anchor" if anchor is not None else ""
+    print(f"journal: intact ({count} entries in {len(heads)} tenant chain(s), matching the requests table{against})")
     return 0
 
 
@@ -388,6 +420,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     print("\r\x1b[K", end="", file=sys.stderr, flush=True)
             if data["status"] == "pending" and not live:
                 _say(f"waiting for {data['id']}, {_left(expires - time.time())} left")
+        if data.get("sensitive") and "response" in data:
+            # In hand: the server deletes it now rather than keep it for a retry.
+            await _call(http, "POST", f"{url}/v1/requests/{data['id']}/ack")
         return data
 
     result = _run_client(url, key, ask)
@@ -524,9 +559,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.set_defaults(fn=cmd_mcp)
 
     journal = sub.add_parser("journal", help="the audit journal").add_subparsers(dest="journal_command", required=True)
-    verify = journal.add_parser("verify", help="check the hash chain; exit 1 when broken")
+    verify = journal.add_parser("verify", help="check every tenant's chain and the requests table; exit 1 when broken")
     verify.add_argument("--config", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+    verify.add_argument("--anchor", help="an anchor printed earlier by 'journal anchor' (the JSON, or a file)")
     verify.set_defaults(fn=cmd_journal_verify)
+    anchor = journal.add_parser("anchor", help="print the chains' heads as one JSON line, to keep off-site")
+    anchor.add_argument("--config", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+    anchor.set_defaults(fn=cmd_journal_anchor)
     return parser
 
 

@@ -121,12 +121,38 @@ class LimitsSettings(_Section):
     sensitive_retention_seconds: int = Field(default=3600, ge=1)
     # How often the sweeper looks for overdue requests.
     sweep_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    # A sensitive answer handed to the agent stays this long for its next call (a lost connection)
+    # unless acknowledged or fetched again; then it is deleted.
+    sensitive_grace_seconds: float = Field(default=30.0, ge=0, le=600)
+    # Invalid answers one principal (a key, a link, a chat user) may make
+    # within the window; beyond it 429 with Retry-After, and nothing is journaled.
+    max_failed_attempts: int = Field(default=20, ge=1)
+    failed_attempts_window_seconds: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
     def _default_within_max(self) -> LimitsSettings:
         if self.default_timeout_seconds > self.max_timeout_seconds:
             raise ValueError("default_timeout_seconds exceeds max_timeout_seconds")
         return self
+
+
+class SecuritySettings(_Section):
+    # The server secret keys the journal's chain, answer digests and the wrapping of sensitive answers.
+    # It lives outside the database: give it here (or HANDRAISE_SECURITY__SECRET; 64 hex characters),
+    # or let secret_file hold it (created 0600 on first start when absent). Every instance sharing
+    # one database needs the same secret.
+    secret: SecretStr | None = None
+    # Default: beside the SQLite file; with PostgreSQL, handraise/secret in the user's data directory.
+    secret_file: str | None = None
+
+    @field_validator("secret")
+    @classmethod
+    def _hex_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            raw = value.get_secret_value()
+            if len(raw) < 64 or len(raw) % 2 or any(c not in "0123456789abcdefABCDEF" for c in raw):
+                raise ValueError("must be at least 64 hex characters (32 random bytes)")
+        return value
 
 
 class LoggingSettings(_Section):
@@ -193,6 +219,7 @@ class Settings(_Section):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     tenants: list[TenantSettings] = Field(default_factory=list)

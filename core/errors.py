@@ -154,6 +154,11 @@ class RateLimitedError(HandraiseError):
     code = "rate_limited"
     status = 429
 
+    def __init__(self, message: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        # Seconds; sent as the Retry-After header.
+        self.retry_after = retry_after
+
 
 class CapabilityNotProvidedError(HandraiseError):
     code = "capability_not_provided"

@@ -1,12 +1,12 @@
 """The tables. Every row carries a tenant id; times are UTC epoch seconds (float).
 
-Only ``core/store.py`` and the Alembic migrations touch these; everything else
+Only ``core/store/`` and the Alembic migrations touch these; everything else
 goes through the lifecycle service.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Text, UniqueConstraint
+from sqlalchemy import Column, Float, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -16,6 +16,9 @@ class RequestRow(SQLModel, table=True):
         UniqueConstraint("tenant_id", "unique_id", name="uq_requests_tenant_unique_id"),
         Index("ix_requests_status_expires", "status", "expires_at"),
         Index("ix_requests_tenant_run", "tenant_id", "run_id"),
+        # The sweeper's look for sensitive answers still held: only those rows are in it (migration 0004).
+        Index("ix_requests_sealed_held", "resolved_at", sqlite_where=text("response_sealed IS NOT NULL"),
+              postgresql_where=text("response_sealed IS NOT NULL")),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -33,8 +36,16 @@ class RequestRow(SQLModel, table=True):
     created_by: str = Field(max_length=200)
     created_at: float = Field(sa_column=Column(Float, nullable=False))
     expires_at: float = Field(sa_column=Column(Float, nullable=False))
+    # A non-sensitive answer in canonical JSON; a sensitive one is never here (response_sealed).
     response_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    response_sha256: str | None = Field(default=None, max_length=64)
+    # Keyed, per-request digest of the canonical answer (core/sealing.py); the journal keeps the same.
+    response_digest: str | None = Field(default=None, max_length=64)
+    # A sensitive answer sealed under its own key, and that key wrapped under the server secret's;
+    # both are deleted together once the agent has the answer (crypto-shredding).
+    response_sealed: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    response_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # When the sealed answer was first handed to the agent: kept for its next call until the grace ends.
+    response_delivered_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
     # Set once a sensitive response was handed to the agent and deleted.
     response_purged: bool = False
     resolved_by: str | None = Field(default=None, max_length=300)
@@ -43,13 +54,17 @@ class RequestRow(SQLModel, table=True):
 
 
 class JournalRow(SQLModel, table=True):
-    """Append-only, hash-chained audit trail; ``hash`` covers every other column."""
+    """Append-only audit trail, one HMAC chain per tenant; ``hash`` covers every other column."""
 
     __tablename__ = "journal"
-    __table_args__ = (Index("ix_journal_tenant_request", "tenant_id", "request_id"),)
+    __table_args__ = (
+        Index("ix_journal_tenant_request", "tenant_id", "request_id"),
+        Index("ix_journal_tenant_run", "tenant_id", "run_id"),
+    )
 
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    # 1, 2, 3 … within the tenant's chain.
     seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    tenant_id: str = Field(max_length=64)
     request_id: str | None = Field(default=None, max_length=64)
     run_id: str | None = Field(default=None, max_length=200)
     event: str = Field(max_length=32)
@@ -58,6 +73,16 @@ class JournalRow(SQLModel, table=True):
     data_json: str = Field(sa_column=Column(Text, nullable=False))
     at: float = Field(sa_column=Column(Float, nullable=False))
     prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class JournalHeadRow(SQLModel, table=True):
+    """The last entry of each tenant's chain: appends lock this row, so tenants never wait for each other."""
+
+    __tablename__ = "journal_heads"
+
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    seq: int
     hash: str = Field(max_length=64)
 
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from handraise.core.api import CreateRequestBody, LinkView, MintedLink, RequestView, parse_body
-from handraise.core.canonical import answer_sha256, canonical_json
+from handraise.core.attempts import AttemptLimiter
+from handraise.core.canonical import canonical_json
 from handraise.core.config import Settings
 from handraise.core.errors import (
     AlreadyAnsweredError,
@@ -38,6 +39,7 @@ from handraise.core.errors import (
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
+from handraise.core.sealing import Sealer
 from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,10 @@ class RequestService:
         self.clock = clock
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
         self._purges: set[asyncio.Task[None]] = set()
+        self._sealer: Sealer | None = None
+        limits = settings.limits
+        self.attempts = AttemptLimiter(max_failures=limits.max_failed_attempts,
+                                       window=limits.failed_attempts_window_seconds)
         # Which enabled channels serve which tenant; the app fills this in from its connectors.
         # The web channel (hosted forms) serves everyone.
         self.channel_serves: dict[str, Callable[[str], bool]] = {"web": lambda _tenant: True}
@@ -119,6 +125,10 @@ class RequestService:
         async with self.store.transaction() as conn:
             inserted = await self.store.insert_request(conn, row)
             if inserted:
+                # NOTIFY first (it is sent at COMMIT anyway): the journal's append, which locks the
+                # tenant's chain head until COMMIT, is the transaction's last statement.
+                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
+                                               "run_id": body.run_id, "origin": self.bus.instance_id})
                 await self.store.append_journal(
                     conn, tenant_id=tenant_id, event="created", request_id=row["id"], run_id=body.run_id,
                     principal=principal, data={
@@ -127,19 +137,17 @@ class RequestService:
                         "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
                     }, at=now,
                 )
-                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
-                                               "run_id": body.run_id, "origin": self.bus.instance_id})
         if not inserted:
             existing = await self.store.get_request_by_unique_id(tenant_id, body.unique_id)
             if existing is None:  # deleted between the two statements: cannot happen, rows are never deleted
                 raise ConflictError("unique_id is in use")
-            view = await self._settle(RequestView.from_row(existing))
+            view = await self._settle(self._view(existing))
             if existing["body_sha256"] == body_sha:
                 return view, False
             if view.status == "pending":
                 raise ConflictError(f"unique_id {body.unique_id!r} is pending with a different body")
             raise UniqueIdReusedError(f"unique_id {body.unique_id!r} was used already; generate a fresh one")
-        view = RequestView.from_row(row | {"response_json": None, "response_purged": False, "response_sha256": None,
+        view = RequestView.from_row(row | {"response_json": None, "response_purged": False,
                                            "resolved_by": None, "resolved_via": None, "resolved_at": None})
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
         self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id))
@@ -151,18 +159,32 @@ class RequestService:
 
     # -- read ------------------------------------------------------------------
 
+    @property
+    def sealer(self) -> Sealer:
+        if self._sealer is None:
+            self._sealer = Sealer(self.store.secret)
+        return self._sealer
+
+    def _view(self, row: dict[str, Any], *, deliveries: list[dict[str, Any]] | None = None) -> RequestView:
+        """The request as the asking side may see it: a held sensitive answer is unsealed here, in memory."""
+        if row["response_sealed"] is not None and row["response_key"] is not None:
+            canonical = self.sealer.open(tenant_id=row["tenant_id"], request_id=row["id"],
+                                         sealed=row["response_sealed"], wrapped=row["response_key"])
+            row = {**row, "response_json": canonical}
+        return RequestView.from_row(row, deliveries=deliveries)
+
     async def get(self, *, tenant_id: str, request_id: str, with_deliveries: bool = True) -> RequestView:
         row = await self.store.get_request(tenant_id, request_id)
         if row is None:
             raise NotFoundError("no such request")
         deliveries = await self.store.deliveries_for(tenant_id, request_id) if with_deliveries else None
-        return await self._settle(RequestView.from_row(row, deliveries=deliveries))
+        return await self._settle(self._view(row, deliveries=deliveries))
 
     async def get_by_unique_id(self, *, tenant_id: str, unique_id: str) -> RequestView:
         row = await self.store.get_request_by_unique_id(tenant_id, unique_id)
         if row is None:
             raise NotFoundError("no such request")
-        return await self._settle(RequestView.from_row(row))
+        return await self._settle(self._view(row))
 
     async def list(self, *, tenant_id: str, status: str | None = None, run_id: str | None = None,
                    limit: int = 100) -> list[RequestView]:
@@ -175,7 +197,7 @@ class RequestService:
             await self.expire(tenant_id=view.tenant_id, request_id=view.id)
             row = await self.store.get_request(view.tenant_id, view.id)
             assert row is not None
-            return RequestView.from_row(row, deliveries=[_delivery_row(d) for d in view.deliveries])
+            return self._view(row, deliveries=[_delivery_row(d) for d in view.deliveries])
         return view
 
     # -- wait ------------------------------------------------------------------
@@ -250,8 +272,10 @@ class RequestService:
         """Validate and apply one answer; exactly one submission wins.
 
         Raises NotFoundError, AlreadyAnsweredError (409), ExpiredError / RequestCancelledError (410),
-        InvalidAnswerError (422; the request stays pending).
+        InvalidAnswerError (422; the request stays pending), RateLimitedError (429: this principal made
+        too many refused attempts lately; nothing is journaled).
         """
+        self.attempts.check(principal)
         if request_id is not None:
             row = await self.store.get_request(tenant_id, request_id)
         elif unique_id is not None:
@@ -260,20 +284,22 @@ class RequestService:
             raise NotFoundError("no such request")
         if row is None:
             raise NotFoundError("no such request")
-        view = await self._settle(RequestView.from_row(row))
+        view = await self._settle(self._view(row))
         _raise_if_terminal(view)
         errors = await validate_answer_off_loop(view.schema, response)
         if errors:
-            async with self.store.transaction() as conn:
-                await self.store.append_journal(
-                    conn, tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
-                    principal=principal, channel=via,
-                    data={"errors": [{"field": e.field, "message": e.message} for e in errors]},
-                )
-            log.info("invalid answer", extra={"request_id": view.id, "via": via, "fields": [e.field for e in errors]})
+            await self.invalid_attempt(view, principal=principal, channel=via,
+                                       errors=[{"field": e.field, "message": e.message} for e in errors])
             raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
         canonical = canonical_json(response)
-        digest = answer_sha256(response)
+        digest = self.sealer.digest(tenant_id=tenant_id, request_id=view.id, canonical=canonical)
+        answer: dict[str, Any] = {"response_digest": digest}
+        if view.sensitive:
+            # Sealed before it reaches the store: the database never holds the value itself.
+            answer["response_sealed"], answer["response_key"] = self.sealer.seal(
+                tenant_id=tenant_id, request_id=view.id, canonical=canonical)
+        else:
+            answer["response_json"] = canonical
         now = self.clock()
         try:
             async with self.store.transaction() as conn:
@@ -282,13 +308,15 @@ class RequestService:
                 won = await self.store.resolve_request(
                     conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
                     require_unexpired=True,
-                    values={"response_json": canonical, "response_sha256": digest, "resolved_by": principal,
-                            "resolved_via": via},
+                    values={**answer, "resolved_by": principal, "resolved_via": via},
                 )
                 if not won:
                     # Rolls back the link use too: the request was not ours to answer.
                     raise _LostRace
-                data: dict[str, Any] = {"response_sha256": digest}
+                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
+                                               "run_id": view.run_id, "origin": self.bus.instance_id})
+                # The journal's keyed digest is never exported (JournalEntry.public_data).
+                data: dict[str, Any] = {"response_digest": digest}
                 if not view.sensitive:
                     data["response"] = json.loads(canonical)
                 if link_id is not None:
@@ -296,8 +324,6 @@ class RequestService:
                 await self.store.append_journal(conn, tenant_id=tenant_id, event="answered", request_id=view.id,
                                                 run_id=view.run_id, principal=principal, channel=via, data=data,
                                                 at=now)
-                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
-                                               "run_id": view.run_id, "origin": self.bus.instance_id})
         except _LostRace:
             current = await self.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
             if link_id is not None and current.status == "pending":
@@ -306,6 +332,17 @@ class RequestService:
             raise ExpiredError("the request expired") from None
         log.info("request answered", extra={"request_id": view.id, "via": via})
         return await self._resolved(tenant_id, view.id)
+
+    async def invalid_attempt(self, view: RequestView, *, principal: str, channel: str,
+                              errors: list[dict[str, str]]) -> None:
+        """Journal a refused answer and count it against the principal's attempt limit."""
+        self.attempts.failed(principal)
+        async with self.store.transaction() as conn:
+            await self.store.append_journal(conn, tenant_id=view.tenant_id, event="invalid_attempt",
+                                            request_id=view.id, run_id=view.run_id, principal=principal,
+                                            channel=channel, data={"errors": errors})
+        log.info("invalid answer", extra={"request_id": view.id, "via": channel,
+                                          "fields": [e["field"] for e in errors]})
 
     async def _resolved(self, tenant_id: str, request_id: str) -> RequestView:
         view = await self.get(tenant_id=tenant_id, request_id=request_id)
@@ -324,10 +361,10 @@ class RequestService:
             won = await self.store.cancel_request(conn, request_id=request_id, tenant_id=tenant_id, now=now,
                                                   principal=principal)
             if won:
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="cancelled", request_id=request_id,
-                                                run_id=view.run_id, principal=principal, channel="api", at=now)
                 await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
                                                "run_id": view.run_id, "origin": self.bus.instance_id})
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="cancelled", request_id=request_id,
+                                                run_id=view.run_id, principal=principal, channel="api", at=now)
         if not won:
             current = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             raise NotPendingError(f"the request is {current.status} already")
@@ -343,11 +380,11 @@ class RequestService:
                                                    values={"resolved_via": "timeout"})
             if won:
                 row = await self.store.get_request(tenant_id, request_id, conn=conn)
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="expired", request_id=request_id,
-                                                run_id=row["run_id"] if row else None, at=now)
                 await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
                                                "run_id": row["run_id"] if row else None,
                                                "origin": self.bus.instance_id})
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="expired", request_id=request_id,
+                                                run_id=row["run_id"] if row else None, at=now)
         if won:
             log.info("request expired", extra={"request_id": request_id})
             await self._resolved(tenant_id, request_id)
@@ -356,17 +393,21 @@ class RequestService:
     async def sweep(self) -> int:
         """Expire every overdue request; the store stays true even when nobody waits.
 
-        Also deletes sensitive answers no agent collected within ``limits.sensitive_retention_seconds``.
+        Also deletes sensitive answers no agent collected within ``limits.sensitive_retention_seconds``,
+        and those handed out whose grace (``limits.sensitive_grace_seconds``) is over.
         """
         count = 0
         for request_id, tenant_id in await self.store.overdue_requests(self.clock()):
             if await self.expire(tenant_id=tenant_id, request_id=request_id):
                 count += 1
-        cutoff = self.clock() - self.settings.limits.sensitive_retention_seconds
-        for request_id, tenant_id in await self.store.uncollected_sensitive(resolved_before=cutoff):
+        now, limits = self.clock(), self.settings.limits
+        held = await self.store.uncollected_sensitive(resolved_before=now - limits.sensitive_retention_seconds,
+                                                      delivered_before=now - limits.sensitive_grace_seconds)
+        for request_id, tenant_id in held:
             row = await self.store.get_request(tenant_id, request_id)
             if row is not None:
-                await self._purge(RequestView.from_row(row), reason="retention")
+                reason = "retention" if row["response_delivered_at"] is None else "grace_over"
+                await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=row["run_id"], reason=reason)
         return count
 
     async def run_sweeper(self, interval: float) -> None:
@@ -382,14 +423,17 @@ class RequestService:
     # -- handing the answer to the agent ---------------------------------------
 
     def response_delivered(self, view: RequestView) -> asyncio.Task[None] | None:
-        """The agent has the answer: a sensitive one is deleted now, and leaves the disk.
+        """A sensitive answer's bytes have left for the agent.
 
+        The first hand-over keeps the answer for the agent's next call on the request (its
+        connection may have died with the bytes in flight), for ``limits.sensitive_grace_seconds``
+        at most; the next hand-over, an acknowledgement or the end of the grace shreds it.
         Runs as a task of its own, so a handler cancelled at shutdown cannot skip it;
         ``drain`` waits for every such task before the store closes.
         """
         if not (view.sensitive and view.has_response):
             return None
-        task = asyncio.get_running_loop().create_task(self._purge(view, reason="delivered"))
+        task = asyncio.get_running_loop().create_task(self._handed_over(view))
         self._purges.add(task)
         task.add_done_callback(self._purges.discard)
         return task
@@ -399,13 +443,27 @@ class RequestService:
         while self._purges:
             await asyncio.gather(*list(self._purges), return_exceptions=True)
 
-    async def _purge(self, view: RequestView, *, reason: str) -> None:
-        if await self.store.purge_response(request_id=view.id, tenant_id=view.tenant_id):
+    async def _handed_over(self, view: RequestView) -> None:
+        first = await self.store.mark_delivered(request_id=view.id, tenant_id=view.tenant_id, now=self.clock())
+        if not first or self.settings.limits.sensitive_grace_seconds == 0:
+            await self._purge(tenant_id=view.tenant_id, request_id=view.id, run_id=view.run_id, reason="delivered")
+
+    async def acknowledge(self, *, tenant_id: str, request_id: str) -> RequestView:
+        """The agent says it has the answer: a held sensitive answer is shredded now."""
+        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if view.status != "answered":
+            raise NotPendingError(f"the request is {view.status}: there is no answer to acknowledge")
+        if view.sensitive:
+            await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=view.run_id, reason="acknowledged")
+        return await self.get(tenant_id=tenant_id, request_id=request_id)
+
+    async def _purge(self, *, tenant_id: str, request_id: str, run_id: str | None, reason: str) -> None:
+        if await self.store.purge_response(request_id=request_id, tenant_id=tenant_id):
             async with self.store.transaction() as conn:
-                await self.store.append_journal(conn, tenant_id=view.tenant_id, event="response_deleted",
-                                                request_id=view.id, run_id=view.run_id, data={"reason": reason})
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="response_deleted",
+                                                request_id=request_id, run_id=run_id, data={"reason": reason})
             await self.store.checkpoint()
-            log.info("sensitive response deleted", extra={"request_id": view.id, "reason": reason})
+            log.info("sensitive response deleted", extra={"request_id": request_id, "reason": reason})
 
     # -- links -----------------------------------------------------------------
 
@@ -597,5 +655,6 @@ def _entry_json(e: Any) -> dict[str, Any]:
     from handraise.core.api import iso
 
     return {"seq": e.seq, "event": e.event, "request_id": e.request_id, "run_id": e.run_id,
-            "principal": e.principal, "channel": e.channel, "data": e.data, "at": iso(e.at), "hash": e.hash}
+            "principal": e.principal, "channel": e.channel, "data": e.public_data(), "at": iso(e.at),
+            "hash": e.hash}
 

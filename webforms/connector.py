@@ -21,7 +21,7 @@ from handraise.core.api import LinkView, RequestView
 from handraise.core.chat import NAMES
 from handraise.core.config import Settings
 from handraise.core.connectors import Connector
-from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError
+from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError, RateLimitedError
 from handraise.core.i18n import parse_accept_language
 from handraise.core.names import display_name
 from handraise.core.schema import FieldError
@@ -45,6 +45,7 @@ _OUTCOME_BY_CODE = {
     "already_answered": "already_answered",
     "expired": "expired",
     "cancelled": "cancelled",
+    "rate_limited": "rate_limited",
 }
 _STATIC_HEADERS = {
     "Cache-Control": "public, max-age=86400",
@@ -133,6 +134,8 @@ class WebFormsConnector(Connector):
             return self._outcome("too_large", request)
         try:
             link, view = await self.service.open_link(token)
+            # A link that refused many answers lately is turned away before anything is read or journaled.
+            self.service.attempts.check(link.answers_as)
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
         try:
@@ -152,10 +155,9 @@ class WebFormsConnector(Connector):
         parsed = parse_form(specs, form, approval=approval)
         if parsed.errors:
             # Core's validator has no word for "nothing was entered" on a one-value answer;
-            # the attempt is journaled all the same, as the service does for its own refusals.
-            await self.service.journal(tenant_id=view.tenant_id, event="invalid_attempt", request_id=view.id,
-                                       run_id=view.run_id, principal=link.answers_as, channel=self.name,
-                                       data={"errors": [e.to_json() for e in parsed.errors]})
+            # the attempt is journaled and counted all the same, as the service does for its own refusals.
+            await self.service.invalid_attempt(view, principal=link.answers_as, channel=self.name,
+                                               errors=[e.to_json() for e in parsed.errors])
             return await self._form_page(request, link, view, posted=parsed.posted, errors=parsed.errors,
                                          status=422)
         try:
@@ -235,6 +237,10 @@ class WebFormsConnector(Connector):
         key = _OUTCOME_BY_CODE.get(error.code)
         if key is None:
             raise error
+        if isinstance(error, RateLimitedError):
+            response = self._outcome(key, request)
+            response.headers["Retry-After"] = str(error.retry_after)
+            return response
         if key == "not_found":
             return self._outcome(key, request)
         # A dead link still names its request: say who answered (or cancelled) and when.

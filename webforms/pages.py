@@ -89,6 +89,9 @@ OUTCOMES: dict[str, Outcome] = {
                        N_("The time to answer ran out, so your answer can no longer be taken.")),
     "cancelled": Outcome(410, N_("This question was cancelled"),
                          N_("It is no longer needed. You can close this tab.")),
+    "rate_limited": Outcome(429, N_("Too many attempts"),
+                            N_("This link refused several answers in a row. Wait a few minutes, then open it "
+                               "again.")),
     "forbidden": Outcome(403, N_("This form could not be verified"),
                          N_("Open the link again and send your answer from the fresh page.")),
     "too_large": Outcome(413, N_("Your answer is too large"),

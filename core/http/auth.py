@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import time
 from dataclasses import dataclass
 
@@ -30,8 +32,19 @@ class Principal:
             raise ForbiddenError(f"this key lacks the scope: {' or '.join(scopes)}")
 
 
+# Stored keys are re-read at most this often: a revocation takes effect within it.
+STORED_KEYS_TTL = 5.0
+# An unknown key re-reads the stored keys at most this often: a key just made with ``handraise keys
+# create`` works within a second, and a flood of random keys costs one query a second, not one each.
+UNKNOWN_KEY_RELOAD = 1.0
+
+
 class Keyring:
-    """Keys from the config (literal or sha256) and from the store (``handraise keys create``)."""
+    """Keys from the config (literal or sha256) and from the store (``handraise keys create``).
+
+    The store's active keys are held in memory as a whole, so an unknown key is answered from it
+    (a negative answer needs no query of its own).
+    """
 
     def __init__(self, *, settings: Settings, store: Store) -> None:
         self._store = store
@@ -39,7 +52,9 @@ class Keyring:
         for tenant in settings.tenants:
             for key in tenant.keys:
                 self._config[key.digest()] = Principal(tenant.id, key.id, frozenset(key.scopes))
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._stored: dict[str, Principal] = {}
+        self._loaded_at = -math.inf
+        self._reload_lock = asyncio.Lock()
 
     @property
     def empty(self) -> bool:
@@ -50,18 +65,19 @@ class Keyring:
         found = self._config.get(digest)
         if found is not None:
             return found
-        # Stored keys are cached briefly so a busy agent does not cost a query per call;
-        # a revocation takes effect within the TTL.
-        cached = self._cache.get(digest)
-        now = time.monotonic()
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        row = await self._store.find_api_key(digest)
-        principal = None if row is None else Principal(row["tenant_id"], row["id"], frozenset(row["scopes"].split(",")))
-        if len(self._cache) > 10000:
-            self._cache.clear()
-        self._cache[digest] = (now + 5.0, principal)
-        return principal
+        age = time.monotonic() - self._loaded_at
+        if age > STORED_KEYS_TTL or (digest not in self._stored and age > UNKNOWN_KEY_RELOAD):
+            await self._reload()
+        return self._stored.get(digest)
+
+    async def _reload(self) -> None:
+        async with self._reload_lock:  # callers that queued meanwhile use the fresh copy
+            if time.monotonic() - self._loaded_at <= UNKNOWN_KEY_RELOAD:
+                return
+            rows = await self._store.list_api_keys()
+            self._stored = {r["key_sha256"]: Principal(r["tenant_id"], r["id"], frozenset(r["scopes"].split(",")))
+                            for r in rows if r["revoked_at"] is None}
+            self._loaded_at = time.monotonic()
 
     async def authenticate(self, request: web.Request) -> Principal:
         header = request.headers.get("Authorization", "")

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from handraise.core.errors import HandraiseError, error_body
+from handraise.core.errors import HandraiseError, RateLimitedError, error_body
 from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.logs import mask_tokens
 
@@ -26,7 +26,8 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
 
 
 def error_response(err: HandraiseError) -> web.Response:
-    return web.json_response(err.to_json(), status=err.status)
+    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, RateLimitedError) else None
+    return web.json_response(err.to_json(), status=err.status, headers=headers)
 
 
 @web.middleware

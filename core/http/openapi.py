@@ -54,7 +54,9 @@ def _json(schema: dict[str, Any] | type[BaseModel], description: str) -> dict[st
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
              403: "Wrong scope", 404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone",
-             413: "Body too large", 422: "Invalid body, schema or answer", 501: "Capability not provided"}
+             413: "Body too large", 422: "Invalid body, schema or answer",
+             429: "Too many invalid answers by this key (Retry-After says when to try again)",
+             501: "Capability not provided"}
     return {str(s): _json(_ERROR, words[s]) for s in statuses}
 
 
@@ -122,6 +124,10 @@ PATHS: dict[str, dict[str, Any]] = {
         errors=(400, 401, 403, 404))},
     "/v1/requests/{id}/cancel": {"post": _op("Cancel a pending request", scopes=["ask"], params=[_ID],
                                              ok={"200": _json(_REQUEST, "Cancelled")}, errors=(401, 403, 404, 409))},
+    "/v1/requests/{id}/ack": {"post": _op(
+        "Acknowledge a sensitive answer: it is deleted now rather than after its grace", scopes=["ask"],
+        params=[_ID], ok={"200": _json(_REQUEST, "The request, its sensitive answer deleted")},
+        errors=(401, 403, 404, 409))},
     "/v1/requests/{id}/links": {"post": _op(
         "Mint a one-time form link (forward: only for a request the key created itself)",
         scopes=["answer", "forward"], params=[_ID],
@@ -144,7 +150,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "Submit an answer by unique_id", scopes=["answer"],
         body=SubmitBody,
         ok={"200": _json({"type": "object", "required": ["accepted", "request"], "properties": {
-            "accepted": {"const": True}, "request": _REQUEST}}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422))},
+            "accepted": {"const": True}, "request": _REQUEST}}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422, 429))},
     "/v1/events": {"get": _op(
         "Server-Sent Events: request.created, request.resolved, run.annotated", scopes=["read"],
         params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},

@@ -58,7 +58,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
         await response.write_eof()
         purge = request.app[SERVICE].response_delivered(view)
         if purge is not None:
-            # The agent's next call sees it gone; a shutdown cancelling this handler cannot stop it.
+            # A shutdown cancelling this handler cannot stop the hand-over's bookkeeping.
             await asyncio.shield(purge)
     return response
 
@@ -104,6 +104,15 @@ async def cancel_request(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "ask")
     view = await request.app[SERVICE].cancel(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                              principal=principal.name)
+    return await send_view(request, principal, view)
+
+
+@routes.post("/v1/requests/{id}/ack")
+async def acknowledge_request(request: web.Request) -> web.StreamResponse:
+    """The agent has a sensitive answer: shred it now instead of at the end of its grace."""
+    principal = await _principal(request, "ask")
+    view = await request.app[SERVICE].acknowledge(tenant_id=principal.tenant_id,
+                                                  request_id=request.match_info["id"])
     return await send_view(request, principal, view)
 
 

@@ -1,31 +1,53 @@
-"""The journal: an append-only audit trail whose entries are hash-chained, appended in the writer's
-transaction, and verified end to end (a separate head record catches entries cut off the end)."""
+"""The journal: an append-only audit trail, one chain per tenant, each entry's hash an HMAC (under a
+key derived from the server secret) of the entry and the hash before it.
+
+Tenants are the isolation boundary, so each has its own chain and its own head row: an append locks
+only its tenant's head (``SELECT … FOR UPDATE``), held from the journal statement to COMMIT, and
+tenants never wait for each other. Without the server secret nobody can recompute a chain; cutting
+entries off the end and rewriting the head to match is caught against an anchor kept off-site
+(``handraise journal anchor``) and against the requests table, which ``verify`` cross-checks.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, insert, select, text
+from sqlalchemy import and_, bindparam, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from handraise.core.canonical import canonical_json
-from handraise.core.models import JournalRow
-from handraise.core.store.state import GET_STATE, put_state
-from handraise.core.store.units import StoreConnection, all_rows, scalar
+from handraise.core.models import JournalHeadRow, JournalRow, RequestRow
+from handraise.core.store.units import StoreConnection, all_rows
 
 journal_t = JournalRow.__table__
+heads_t = JournalHeadRow.__table__
+requests_t = RequestRow.__table__
 
 GENESIS_HASH = "0" * 64
-# Serialises journal appends across instances sharing one PostgreSQL database.
-_JOURNAL_LOCK_ID = 0x48524A4E  # "HRJN"
-_JOURNAL_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
-_JOURNAL_HEAD = select(journal_t.c.seq, journal_t.c.hash).order_by(journal_t.c.seq.desc()).limit(1)
-_JOURNAL_INSERT = insert(journal_t)
+# Data keys never exported (the run bundle, the API's journal views): the answer's keyed digest.
+PRIVATE_DATA_KEYS = frozenset({"response_digest"})
+TERMINAL_EVENTS = frozenset({"answered", "expired", "cancelled"})
+
+_HEAD = select(heads_t.c.seq, heads_t.c.hash).where(heads_t.c.tenant_id == bindparam("tenant_id")).with_for_update()
+_HEADS = select(heads_t.c.tenant_id, heads_t.c.seq, heads_t.c.hash).order_by(heads_t.c.tenant_id)
+_NEW_HEAD = {"postgresql": pg_insert(heads_t).on_conflict_do_nothing(),
+             "sqlite": sqlite_insert(heads_t).on_conflict_do_nothing()}
+_INSERT = insert(journal_t)
+_MOVE_HEAD = update(heads_t).where(heads_t.c.tenant_id == bindparam("w_tenant_id"))
+# PostgreSQL: the entry and its head in one round trip, so the head's row lock is held for less.
+_INSERT_AND_MOVE_HEAD = text(
+    "WITH entry AS (INSERT INTO journal (tenant_id, seq, request_id, run_id, event, principal, channel, "
+    "data_json, at, prev_hash, hash) VALUES (:tenant_id, :seq, :request_id, :run_id, :event, :principal, "
+    ":channel, :data_json, :at, :prev_hash, :hash)) "
+    "UPDATE journal_heads SET seq = :seq, hash = :hash WHERE tenant_id = :tenant_id")
 
 Read = Callable[..., Awaitable[Any]]
 
@@ -44,97 +66,186 @@ class JournalEntry:
     prev_hash: str
     hash: str
 
+    def public_data(self) -> dict[str, Any]:
+        """``data`` without what is never exported."""
+        return {k: v for k, v in self.data.items() if k not in PRIVATE_DATA_KEYS}
 
-def entry_hash(*, prev_hash: str, seq: int, tenant_id: str, request_id: str | None, run_id: str | None,
-               event: str, principal: str | None, channel: str | None, data_json: str, at: float) -> str:
+
+def chain_hash(key: bytes, *, prev_hash: str, seq: int, tenant_id: str, request_id: str | None,
+               run_id: str | None, event: str, principal: str | None, channel: str | None, data_json: str,
+               at: float) -> str:
     body = canonical_json({
         "seq": seq, "tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
         "principal": principal, "channel": channel, "data": data_json, "at": repr(at),
     })
-    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+    return hmac.new(key, (prev_hash + body).encode(), hashlib.sha256).hexdigest()
 
 
-def _append(c: Connection, is_postgres: bool, row: dict[str, Any]) -> tuple[int, str, str]:
-    if is_postgres:
-        c.execute(_JOURNAL_LOCK, {"k": _JOURNAL_LOCK_ID})
-    last = c.execute(_JOURNAL_HEAD).first()
-    seq = 1 if last is None else last.seq + 1
-    prev_hash = GENESIS_HASH if last is None else last.hash
-    digest = entry_hash(prev_hash=prev_hash, seq=seq, **row)
-    c.execute(_JOURNAL_INSERT, {**row, "seq": seq, "prev_hash": prev_hash, "hash": digest})
-    # The head is kept apart so that cutting entries off the end is detected too.
-    put_state(c, "journal", "head", json.dumps({"seq": seq, "hash": digest}), row["at"])
+def _append(c: Connection, key: bytes, dialect: str, row: dict[str, Any]) -> tuple[int, str, str]:
+    tenant = {"tenant_id": row["tenant_id"]}
+    head = c.execute(_HEAD, tenant).first()
+    if head is None:  # the tenant's first entry; ON CONFLICT: another writer may be making the head too
+        c.execute(_NEW_HEAD[dialect], {**tenant, "seq": 0, "hash": GENESIS_HASH})
+        head = c.execute(_HEAD, tenant).first()
+    seq, prev_hash = head.seq + 1, head.hash
+    digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **row)
+    entry = {**row, "seq": seq, "prev_hash": prev_hash, "hash": digest}
+    if dialect == "postgresql":
+        c.execute(_INSERT_AND_MOVE_HEAD, entry)
+    else:
+        c.execute(_INSERT, entry)
+        c.execute(_MOVE_HEAD, {"seq": seq, "hash": digest, "w_tenant_id": row["tenant_id"]})
     return seq, prev_hash, digest
 
 
-def _entry(r: Mapping[str, Any]) -> JournalEntry:
+def entry_from_row(r: Mapping[str, Any]) -> JournalEntry:
     return JournalEntry(r["seq"], r["tenant_id"], r["request_id"], r["run_id"], r["event"], r["principal"],
                         r["channel"], json.loads(r["data_json"]), r["at"], r["prev_hash"], r["hash"])
 
 
 class Journal:
-    """Appends run in the caller's transaction; reads through the store's reader (``read(fn, *args)``)."""
+    """Appends run in the caller's transaction; reads go through the store's reader (``read(fn, *args)``)."""
 
-    def __init__(self, *, read: Read, is_postgres: bool) -> None:
+    def __init__(self, *, read: Read, dialect: str, key: bytes | None) -> None:
         self._read = read
-        self._is_postgres = is_postgres
+        self._dialect = dialect
+        self._key = key
+
+    def _chain_key(self) -> bytes:
+        if self._key is None:
+            raise RuntimeError("the store was opened without the server secret: the journal cannot be written")
+        return self._key
 
     async def append(self, conn: StoreConnection, *, tenant_id: str, event: str, request_id: str | None = None,
                      run_id: str | None = None, principal: str | None = None, channel: str | None = None,
                      data: Mapping[str, Any] | None = None, at: float | None = None) -> JournalEntry:
+        """Append to the tenant's chain; make it the transaction's last statement before COMMIT (the
+        tenant's head stays locked from here to the end of the transaction)."""
         at = time.time() if at is None else at
         plain = dict(data or {})
         row = {"tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
                "principal": principal, "channel": channel, "data_json": canonical_json(plain), "at": at}
-        seq, prev_hash, digest = await conn.run(_append, self._is_postgres, row)
+        seq, prev_hash, digest = await conn.run(_append, self._chain_key(), self._dialect, row)
         return JournalEntry(seq, tenant_id, request_id, run_id, event, principal, channel, plain, at,
                             prev_hash, digest)
 
-    async def entries(self, *, tenant_id: str | None = None, request_id: str | None = None,
-                      request_ids: list[str] | None = None, after_seq: int = 0,
+    async def entries(self, *, tenant_id: str, request_id: str | None = None, after_seq: int = 0,
                       limit: int = 1000) -> list[JournalEntry]:
-        stmt = select(journal_t).where(journal_t.c.seq > after_seq)
-        if tenant_id is not None:
-            stmt = stmt.where(journal_t.c.tenant_id == tenant_id)
+        stmt = select(journal_t).where(journal_t.c.tenant_id == tenant_id, journal_t.c.seq > after_seq)
         if request_id is not None:
             stmt = stmt.where(journal_t.c.request_id == request_id)
-        if request_ids is not None:
-            stmt = stmt.where(journal_t.c.request_id.in_(request_ids))
         stmt = stmt.order_by(journal_t.c.seq).limit(limit)
-        return [_entry(r) for r in await self._read(all_rows, stmt)]
+        return [entry_from_row(r) for r in await self._read(all_rows, stmt)]
 
     async def for_run(self, *, tenant_id: str, run_id: str, limit: int = 10000) -> list[JournalEntry]:
         stmt = (select(journal_t).where(and_(journal_t.c.tenant_id == tenant_id, journal_t.c.run_id == run_id))
                 .order_by(journal_t.c.seq).limit(limit))
-        return [_entry(r) for r in await self._read(all_rows, stmt)]
+        return [entry_from_row(r) for r in await self._read(all_rows, stmt)]
 
-    async def verify(self) -> list[str]:
-        """Every break in the chain, as sentences; [] when it is whole."""
+    async def anchor(self) -> dict[str, dict[str, Any]]:
+        """Every tenant's head, ``{tenant: {"seq", "hash"}}``: print it, keep it elsewhere, verify against it."""
+        return {r["tenant_id"]: {"seq": r["seq"], "hash": r["hash"]} for r in await self._read(all_rows, _HEADS)}
+
+    async def verify(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+        """Every break, as sentences; [] when each chain is whole, reaches its anchor and agrees with the
+        requests table."""
+        key = self._chain_key()
         problems: list[str] = []
-        prev_hash, expected_seq, after = GENESIS_HASH, 1, 0
+        heads = await self.anchor()
+        tenants = sorted(set(heads) | set(await self._read(_journal_tenants)) | set(anchor or {}))
+        for tenant in tenants:
+            facts = await self._verify_chain(tenant, key, heads.get(tenant), (anchor or {}).get(tenant), problems)
+            await self._cross_check(tenant, facts, problems)
+        return problems
+
+    async def _verify_chain(self, tenant: str, key: bytes, head: Mapping[str, Any] | None,
+                            anchor: Mapping[str, Any] | None, problems: list[str]) -> dict[str, dict[str, Any]]:
+        """Walks the tenant's chain; returns what it says of each request (for the cross-check)."""
+        facts: dict[str, dict[str, Any]] = {}
+        prev_hash, expected, after = GENESIS_HASH, 1, 0
+        anchored = anchor is None
         while True:
-            stmt = select(journal_t).where(journal_t.c.seq > after).order_by(journal_t.c.seq).limit(5000)
+            stmt = (select(journal_t).where(journal_t.c.tenant_id == tenant, journal_t.c.seq > after)
+                    .order_by(journal_t.c.seq).limit(5000))
             rows = await self._read(all_rows, stmt)
             if not rows:
                 break
             for r in rows:
-                if r["seq"] != expected_seq:
-                    problems.append(f"entry {expected_seq} is missing (next is {r['seq']})")
+                where = f"tenant {tenant}, entry {r['seq']}"
+                if r["seq"] != expected:
+                    problems.append(f"tenant {tenant}: entry {expected} is missing (next is {r['seq']})")
                 if r["prev_hash"] != prev_hash:
-                    problems.append(f"entry {r['seq']}: does not follow the entry before it")
-                digest = entry_hash(prev_hash=r["prev_hash"], seq=r["seq"], tenant_id=r["tenant_id"],
-                                    request_id=r["request_id"], run_id=r["run_id"], event=r["event"],
-                                    principal=r["principal"], channel=r["channel"], data_json=r["data_json"],
-                                    at=r["at"])
-                if digest != r["hash"]:
-                    problems.append(f"entry {r['seq']}: altered (hash mismatch)")
-                prev_hash, expected_seq, after = r["hash"], r["seq"] + 1, r["seq"]
-        head_raw = await self._read(scalar, GET_STATE, {"namespace": "journal", "key": "head"})
-        if head_raw is not None:
-            head = json.loads(head_raw)
-            if head["seq"] != expected_seq - 1 or head["hash"] != prev_hash:
-                problems.append(f"the journal ends at entry {expected_seq - 1} but its head says {head['seq']}: "
-                                "entries were removed from the end")
-        elif expected_seq > 1:
-            problems.append("the journal head record is missing")
-        return problems
+                    problems.append(f"{where}: does not follow the entry before it")
+                fields = {k: r[k] for k in ("seq", "tenant_id", "request_id", "run_id", "event", "principal",
+                                            "channel", "data_json", "at")}
+                if not hmac.compare_digest(chain_hash(key, prev_hash=r["prev_hash"], **fields), r["hash"]):
+                    problems.append(f"{where}: altered (its HMAC does not match)")
+                if anchor is not None and r["seq"] == anchor["seq"]:
+                    anchored = hmac.compare_digest(r["hash"], str(anchor["hash"]))
+                    if not anchored:
+                        problems.append(f"{where}: differs from the anchor")
+                _note(facts, r)
+                prev_hash, expected, after = r["hash"], r["seq"] + 1, r["seq"]
+        last = expected - 1
+        if anchor is not None and not anchored and last < int(anchor["seq"]):
+            problems.append(f"tenant {tenant}: the journal ends at entry {last} but the anchor names entry "
+                            f"{anchor['seq']}: entries were removed from the end")
+        if head is None:
+            if last > 0:
+                problems.append(f"tenant {tenant}: the head record is missing")
+        elif head["seq"] != last or head["hash"] != prev_hash:
+            problems.append(f"tenant {tenant}: the journal ends at entry {last} but its head says {head['seq']}: "
+                            "entries were removed from the end")
+        return facts
+
+    async def _cross_check(self, tenant: str, facts: dict[str, dict[str, Any]], problems: list[str]) -> None:
+        """The requests table and the journal tell one story: each request was created, and its outcome
+        (who answered, through which channel, the answer's digest) is the journal's."""
+        after = ""
+        while True:
+            stmt = (select(requests_t.c.id, requests_t.c.status, requests_t.c.resolved_by,
+                           requests_t.c.resolved_via, requests_t.c.response_digest)
+                    .where(requests_t.c.tenant_id == tenant, requests_t.c.id > after)
+                    .order_by(requests_t.c.id).limit(5000))
+            rows = await self._read(all_rows, stmt)
+            if not rows:
+                break
+            for r in rows:
+                fact = facts.pop(r["id"], {})
+                where = f"tenant {tenant}, request {r['id']}"
+                if not fact.get("created"):
+                    problems.append(f"{where}: no 'created' entry in the journal")
+                outcome = fact.get("outcome")
+                if r["status"] == "pending":
+                    if outcome is not None:
+                        problems.append(f"{where}: pending, but the journal says {outcome['event']}")
+                    continue
+                if outcome is None or outcome["event"] != r["status"]:
+                    problems.append(f"{where}: {r['status']}, but the journal has no such entry")
+                    continue
+                if r["status"] == "answered":
+                    if (outcome["principal"], outcome["channel"]) != (r["resolved_by"], r["resolved_via"]):
+                        problems.append(f"{where}: answered by {r['resolved_by']} via {r['resolved_via']}, but "
+                                        f"the journal says {outcome['principal']} via {outcome['channel']}")
+                    if outcome.get("digest") != r["response_digest"]:
+                        problems.append(f"{where}: the answer's digest differs from the journal's")
+            after = rows[-1]["id"]
+        for request_id in sorted(facts):
+            problems.append(f"tenant {tenant}, request {request_id}: in the journal but not in the requests table")
+
+
+def _note(facts: dict[str, dict[str, Any]], r: Mapping[str, Any]) -> None:
+    request_id = r["request_id"]
+    if request_id is None or (r["event"] != "created" and r["event"] not in TERMINAL_EVENTS):
+        return
+    fact = facts.setdefault(request_id, {})
+    if r["event"] == "created":
+        fact["created"] = True
+    else:
+        data = json.loads(r["data_json"])
+        fact["outcome"] = {"event": r["event"], "principal": r["principal"], "channel": r["channel"],
+                           "digest": data.get("response_digest")}
+
+
+def _journal_tenants(c: Connection) -> list[str]:
+    return [row[0] for row in c.execute(select(journal_t.c.tenant_id).distinct())]

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from handraise.core.errors import UnavailableError
+from handraise.core.errors import ConfigError, UnavailableError
 from handraise.core.models import (
     AnnotationRow,
     ApiKeyRow,
@@ -38,6 +38,7 @@ from handraise.core.models import (
     RequestRow,
     StateRow,
 )
+from handraise.core.serversecret import ServerSecret
 from handraise.core.store.journal import Journal, JournalEntry
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
@@ -87,10 +88,22 @@ _RESOLVE_EXPIRED = update(requests_t).where(
 _CANCEL_REQUEST = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
 ).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
+# Shreds a sensitive answer: its sealed value and its wrapped key go together.
 _PURGE_RESPONSE = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
-    requests_t.c.response_json.is_not(None),
-).values(response_json=None, response_purged=True)
+    requests_t.c.response_sealed.is_not(None),
+).values(response_sealed=None, response_key=None, response_json=None, response_purged=True)
+_MARK_DELIVERED = update(requests_t).where(
+    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
+    requests_t.c.response_sealed.is_not(None), requests_t.c.response_delivered_at.is_(None),
+).values(response_delivered_at=_b("w_now"))
+_HELD_SENSITIVE = (
+    select(requests_t.c.id, requests_t.c.tenant_id)
+    # Matches the partial index ix_requests_sealed_held: only rows still holding an answer are read.
+    .where(requests_t.c.response_sealed.is_not(None),
+           (requests_t.c.resolved_at < _b("resolved_before"))
+           | (requests_t.c.response_delivered_at < _b("delivered_before")))
+    .limit(_b("limit")))
 
 _INSERT_LINK = insert(links_t)
 _GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
@@ -112,7 +125,6 @@ _GET_MESSAGE_REF = select(message_refs_t).where(message_refs_t.c.channel == _b("
                                                 message_refs_t.c.message_key == _b("message_key"))
 
 _INSERT_API_KEY = insert(api_keys_t)
-_FIND_API_KEY = select(api_keys_t).where(api_keys_t.c.key_sha256 == _b("key_sha256"), api_keys_t.c.revoked_at.is_(None))
 _REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
                    .values(revoked_at=_b("w_now")))
 
@@ -155,26 +167,39 @@ def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
     return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
 
 
-def _upgrade(sync_conn: Connection) -> None:
+def upgrade(sync_conn: Connection, secret: ServerSecret | None, revision: str = "head") -> None:
+    """Migrate the database on this connection to ``revision``."""
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", "handraise.core:migrations")
     cfg.attributes["connection"] = sync_conn
-    command.upgrade(cfg, "head")
+    # Migration 0004 re-chains an older journal and seals held sensitive answers: it needs the key.
+    cfg.attributes["server_secret"] = secret
+    command.upgrade(cfg, revision)
 
 
 class Store:
-    def __init__(self, *, url: str) -> None:
+    def __init__(self, *, url: str, secret: ServerSecret | None = None) -> None:
+        """``secret``: the server secret (core/serversecret.py); without it the store can be migrated and
+        read, but the journal cannot be written or verified."""
         self.url = url
+        self._secret = secret
         self.async_url = to_async_url(url)
         self.dialect = "postgresql" if self.async_url.startswith("postgresql") else "sqlite"
         self._engine: AsyncEngine | None = None
         self._read_engine: AsyncEngine | None = None
         self._runner: SqliteRunner | None = None
         self._inserts = _INSERTS[self.dialect]
-        self.journal = Journal(read=self._read, is_postgres=self.is_postgres)
+        self.journal = Journal(read=self._read, dialect=self.dialect,
+                               key=None if secret is None else secret.key("journal chain"))
         self.leadership = Leadership(dsn=self.asyncpg_dsn() if self.is_postgres else None)
 
     # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def secret(self) -> ServerSecret:
+        if self._secret is None:
+            raise RuntimeError("the store was opened without the server secret")
+        return self._secret
 
     @property
     def is_postgres(self) -> bool:
@@ -196,7 +221,7 @@ class Store:
                 path.parent.mkdir(parents=True, exist_ok=True)
             runner = SqliteRunner(url=make_url(self.async_url).set(drivername="sqlite").render_as_string(False))
             try:
-                await result(runner.thread.submit(runner.migrate_job, (_upgrade,), tx=WriteQueue(), last=True))
+                await result(runner.thread.submit(runner.migrate_job, (self._migrate,), tx=WriteQueue(), last=True))
             except BaseException:
                 await runner.close()
                 raise
@@ -212,8 +237,23 @@ class Store:
             async with engine.begin() as conn:
                 # Two instances starting at once must not both run the migrations.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("migrations")})
-                await conn.run_sync(_upgrade)
+                await conn.run_sync(self._migrate)
+        if self._secret is not None:
+            try:
+                await self._check_secret(self._secret)
+            except BaseException:
+                await self.close()
+                raise
         log.info("store open", extra={"dialect": self.dialect})
+
+    def _migrate(self, sync_conn: Connection) -> None:
+        upgrade(sync_conn, self._secret)
+
+    async def _check_secret(self, secret: ServerSecret) -> None:
+        stored = await self.set_state_if_absent("server", "secret_fingerprint", secret.fingerprint)
+        if stored != secret.fingerprint:
+            raise ConfigError("this database was set up with another server secret: give every instance the "
+                              "same one ([security] secret or secret_file, or HANDRAISE_SECURITY__SECRET)")
 
     async def close(self) -> None:
         await self.leadership.release_all()
@@ -365,14 +405,19 @@ class Store:
         )
         return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, stmt)]
 
-    async def uncollected_sensitive(self, *, resolved_before: float, limit: int = 500) -> list[tuple[str, str]]:
-        stmt = (select(requests_t.c.id, requests_t.c.tenant_id)
-                .where(and_(requests_t.c.sensitive.is_(True), requests_t.c.response_json.is_not(None),
-                            requests_t.c.resolved_at < resolved_before))
-                .limit(limit))
-        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, stmt)]
+    async def uncollected_sensitive(self, *, resolved_before: float, delivered_before: float,
+                                    limit: int = 500) -> list[tuple[str, str]]:
+        """Sensitive answers still held past their retention (never collected) or their grace (handed out)."""
+        params = {"resolved_before": resolved_before, "delivered_before": delivered_before, "limit": limit}
+        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, _HELD_SENSITIVE, params)]
+
+    async def mark_delivered(self, *, request_id: str, tenant_id: str, now: float) -> bool:
+        """True for the first hand-over of a held sensitive answer (its grace starts now)."""
+        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
+        return await self._write(rowcount, _MARK_DELIVERED, params) == 1
 
     async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
+        """Shred a held sensitive answer; False when there was none (deleted already)."""
         return await self._write(rowcount, _PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
 
     # -- journal (core/store/journal.py) ---------------------------------------
@@ -386,8 +431,8 @@ class Store:
     async def journal_rows_for_run(self, *, tenant_id: str, run_id: str, limit: int = 10000) -> list[JournalEntry]:
         return await self.journal.for_run(tenant_id=tenant_id, run_id=run_id, limit=limit)
 
-    async def verify_journal(self) -> list[str]:
-        return await self.journal.verify()
+    async def verify_journal(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+        return await self.journal.verify(anchor=anchor)
 
     # -- links -----------------------------------------------------------------
 
@@ -455,9 +500,6 @@ class Store:
 
     async def insert_api_key(self, row: Mapping[str, Any]) -> None:
         await self._write(rowcount, _INSERT_API_KEY, dict(row))
-
-    async def find_api_key(self, key_sha256: str) -> dict[str, Any] | None:
-        return await self._read(first, _FIND_API_KEY, {"key_sha256": key_sha256})
 
     async def list_api_keys(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         stmt = select(api_keys_t).order_by(api_keys_t.c.created_at)

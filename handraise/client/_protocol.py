@@ -142,6 +142,8 @@ def settle_flow(attach: Call, *, timeout_seconds: float, policy: RetryPolicy, wa
                     "GET", f"/v1/requests/{record.id}/wait", params={"timeout": f"{chunk:.3f}"},
                     read_timeout=chunk + 30.0)))))
                 failures = 0
+            if record.sensitive and record.has_response:
+                yield from _acknowledge(record)
             return record
         except _Transient as t:
             pause = policy.delay(min(failures, 16), retry_after=t.retry_after)
@@ -150,6 +152,14 @@ def settle_flow(attach: Call, *, timeout_seconds: float, policy: RetryPolicy, wa
                 raise t.error from None
             yield Sleep(pause)
             record = None
+
+
+def _acknowledge(record: RequestRecord) -> Generator[Step, Reply, None]:
+    """A sensitive answer is in hand: the server deletes it now instead of keeping it for a retry."""
+    try:
+        yield from _send(Call("POST", f"/v1/requests/{record.id}/ack"))
+    except _Transient:
+        pass  # unreachable now: the server deletes it when its short grace ends
 
 
 def outcome(record: RequestRecord) -> RequestRecord:

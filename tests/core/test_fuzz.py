@@ -101,7 +101,9 @@ def answer_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path: Path = tmp_path_factory.mktemp("fuzz") / "h.db"
-    with served(settings_from(base_config(f"sqlite:///{path}"))) as url:
+    # Wrong answers on purpose, thousands of them: no attempt limit here (tests/core/test_attempts.py has it).
+    config = base_config(f"sqlite:///{path}", limits={"max_failed_attempts": 1_000_000})
+    with served(settings_from(config)) as url:
         yield url
 
 

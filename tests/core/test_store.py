@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from handraise.core.serversecret import ServerSecret
 from handraise.core.store import Store
+
+SECRET = ServerSecret(bytes(range(32)))
 
 
 @pytest.fixture
 async def store(storage_url: str) -> AsyncIterator[Store]:
-    s = Store(url=storage_url)
+    s = Store(url=storage_url, secret=SECRET)
     await s.open()
     try:
         yield s
