@@ -278,14 +278,14 @@ class AnnotationService:
                 # already serialises writers); inserting after it makes seq order commit order within the
                 # tenant, so a list cursor never skips an annotation that committed late, and createdAt
                 # never goes backwards along seq.
-                await self.store.append_journal(
+                entry = await self.store.append_journal(
                     conn, tenant_id=tenant_id, event="annotation_recorded", run_id=run_id, principal=principal,
                     channel=via, data=_journal_data(row))
                 row["created_at"] = self.clock()
                 row["seq"] = await self.store.insert_annotation(conn, row)
                 await self.store.notify(conn, {"type": RUN_ANNOTATED, "tenant_id": tenant_id,
                                                "id": row["annotation_id"], "run_id": run_id,
-                                               "origin": self.bus.instance_id})
+                                               "origin": self.bus.instance_id, "seq": entry.seq})
         except ConflictError:
             if parsed.supersedes is None:
                 raise
@@ -295,7 +295,7 @@ class AnnotationService:
         annotation = annotation_json(row)
         log.info("annotation recorded", extra={"annotation_id": row["annotation_id"], "tenant_id": tenant_id,
                                                "run_id": run_id, "kind": signal.kind, "via": via})
-        self.bus.publish(Event(RUN_ANNOTATED, tenant_id, row["annotation_id"], annotation, run_id))
+        self.bus.publish(Event(RUN_ANNOTATED, tenant_id, row["annotation_id"], annotation, run_id, seq=entry.seq))
         return annotation
 
     async def _check_supersedes(self, *, tenant_id: str, run_id: str, principal: str, annotation_id: str) -> None:

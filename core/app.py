@@ -19,6 +19,7 @@ from handraise.core.appkeys import (
     CONNECTORS,
     DISPATCHER,
     HTTP_SESSION,
+    INBOX,
     INSTANCE_ID,
     KEYRING,
     METRICS,
@@ -34,10 +35,12 @@ from handraise.core.events import EventBus, PostgresListener
 from handraise.core.http import annotations as annotation_routes
 from handraise.core.http import events as events_routes
 from handraise.core.http import health, home, openapi
+from handraise.core.http import inbox as inbox_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
 from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
+from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
 from handraise.core.serversecret import ServerSecret, load_server_secret
@@ -65,11 +68,12 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[ANNOTATIONS] = AnnotationService(settings=settings, store=store, bus=bus)
     app[INSTANCE_ID] = instance_id
     app[KEYRING] = Keyring(settings=settings, store=store)
+    app[INBOX] = InboxAccess(settings=settings, store=store)
     app[HTTP_SESSION] = http
     app[METRICS] = metrics = Metrics(service=service)
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
-                  events_routes.routes, annotation_routes.routes):
+                  events_routes.routes, annotation_routes.routes, inbox_routes.routes):
         app.router.add_routes(table)
 
     connectors: dict[str, Connector] = {}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from handraise.core.connectors import Connector
     from handraise.core.dispatch import Dispatcher
     from handraise.core.http.auth import Keyring
+    from handraise.core.inbox import InboxAccess
     from handraise.core.metrics import Metrics
     from handraise.core.service import RequestService
 
@@ -29,3 +30,4 @@ DISPATCHER: web.AppKey[Dispatcher] = web.AppKey("dispatcher")
 HTTP_SESSION = web.AppKey("http_session", ClientSession)
 INSTANCE_ID = web.AppKey("instance_id", str)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+INBOX: web.AppKey[InboxAccess] = web.AppKey("inbox")

@@ -1,4 +1,4 @@
-"""The ``handraise`` command: serve, ask, answer, link, keys, journal, doctor. The only place that prints and exits."""
+"""The ``handraise`` command: serve, ask, answer, link, inbox-link, keys, journal, doctor. The only place that prints and exits."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings.server.served_at(settings.server.host, port)
 
     async def run() -> None:
-        from handraise.core.appkeys import KEYRING, STORE
+        from handraise.core.appkeys import INBOX, KEYRING, STORE
 
         app = await create_app(settings)
         runner = web.AppRunner(app, access_log_class=AccessLog, shutdown_timeout=5)
@@ -108,6 +108,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"  public_url: {settings.server.public_url}"
                   + ("" if settings.server.public_url_set else
                      "  (the address served; set [server] public_url to the one humans reach)"), flush=True)
+            if settings.source is None:
+                # The embedded default: a sign-in link for its one tenant, so a first question shows up there.
+                minted = await app[INBOX].mint(tenant_id=settings.tenants[0].id, name="operator",
+                                               created_by="cli:serve")
+                print(f"  inbox:      {minted.url}", flush=True)
+                print(f"              (sign-in link: works once, within {_duration(settings.inbox.signin_link_seconds)}; "
+                      "handraise inbox-link makes more)", flush=True)
             if app[KEYRING].empty and not stored:
                 for line in first_run_hint(settings):
                     print(line, flush=True)
@@ -127,13 +134,60 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def first_run_hint(settings: Settings) -> list[str]:
-    """What a new user does next. When the operator inbox exists, its sign-in goes here too."""
+    """What a new user does next: keys, a first question, and where it shows up (the inbox)."""
     tenant = settings.tenants[0].id
     flag = "" if len(settings.tenants) == 1 else f" --tenant {tenant}"
     return ["handraise: no API keys yet. Create one for an agent and one for a human operator:",
             f"  handraise keys create{flag} --scopes ask",
             f"  handraise keys create{flag} --scopes answer,read",
-            "then ask a question: HANDRAISE_KEY=<the ask key> handraise ask \"Your question?\""]
+            "then ask a question: HANDRAISE_KEY=<the ask key> handraise ask \"Your question?\"",
+            "and answer it in the inbox: open the sign-in link above, or make one with "
+            f"handraise inbox-link --tenant {tenant} --name <your name>"]
+
+
+def _tenant_arg(settings: Settings, given: str | None) -> str:
+    """``--tenant``, or the only tenant configured; ConfigError naming the choices otherwise."""
+    known = [t.id for t in settings.tenants]
+    tenant = given if given is not None else known[0] if len(known) == 1 else None
+    if tenant is None:
+        raise ConfigError(f"--tenant: name the tenant, several are configured ({', '.join(known)})")
+    if settings.tenant(tenant) is None:
+        raise ConfigError(f"--tenant {tenant!r} is not configured (tenants: {', '.join(known)})")
+    return tenant
+
+
+def _duration(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def cmd_inbox_link(args: argparse.Namespace) -> int:
+    """A one-time sign-in link to the operator inbox, made on the server's own store (no server needed)."""
+    from handraise.core.inbox import InboxAccess
+
+    settings = _settings(args)
+    tenant = _tenant_arg(settings, args.tenant)
+    # The link names the server as humans reach it: public_url, else the host and port served.
+    settings.server.served_at(settings.server.host, settings.server.port)
+    try:
+        from handraise.core.inbox import check_name
+
+        name = check_name(args.name)
+    except HandraiseError as e:
+        raise ConfigError(f"--name: {e.fields[0]['message'] if e.fields else e.message}") from None
+
+    async def mint(store: Any) -> Any:
+        return await InboxAccess(settings=settings, store=store).mint(tenant_id=tenant, name=name,
+                                                                     created_by="cli:inbox-link")
+
+    minted = asyncio.run(_with_store(settings, mint))
+    print(minted.url)
+    _say(f"a sign-in link to the inbox of {tenant} as operator:{name}: it works once, within "
+         f"{_duration(settings.inbox.signin_link_seconds)}")
+    return 0
 
 
 # -- keys ----------------------------------------------------------------------
@@ -151,12 +205,7 @@ async def _with_store(settings: Settings, fn: Any) -> Any:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    known = [t.id for t in settings.tenants]
-    tenant = args.tenant if args.tenant is not None else known[0] if len(known) == 1 else None
-    if tenant is None:
-        raise ConfigError(f"--tenant: name the tenant, several are configured ({', '.join(known)})")
-    if settings.tenant(tenant) is None:
-        raise ConfigError(f"--tenant {tenant!r} is not configured (tenants: {', '.join(known)})")
+    tenant = _tenant_arg(settings, args.tenant)
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     bad = [s for s in scopes if s not in ALL_SCOPES]
     if bad or not scopes:
@@ -362,12 +411,10 @@ def _schema_argument(value: str) -> Any:
                           "give a JSON schema inline or @file.json") from None
 
 
-def where_to_answer(view: dict[str, Any]) -> list[str]:
-    """How a human answers this request, printed by ``ask``.
-
-    The hook for the operator inbox: once it exists, its URL for this request goes first here.
-    """
-    return [f"answer it with a key that has the answer scope: handraise answer {view['unique_id']} "
+def where_to_answer(view: dict[str, Any], url: str | None = None) -> list[str]:
+    """How a human answers this request, printed by ``ask``: the operator inbox first."""
+    inbox = [f"answer it in the operator inbox: {url}/inbox/r/{view['id']}"] if url else []
+    return inbox + [f"answer it with a key that has the answer scope: handraise answer {view['unique_id']} "
             + ("--approve (or --reject)" if view.get("kind") == "approval" else "VALUE"),
             f"or open a one-time form for a human: handraise link {view['id']}"]
 
@@ -408,7 +455,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         data = await _call(http, "POST", f"{url}/v1/requests", json=body)
         expires = time.time() + args.timeout
         _say(f"asked {data['id']} (unique_id {data['unique_id']}) at {url}; {_left(expires - time.time())} left")
-        for line in where_to_answer(data):
+        for line in where_to_answer(data, url):
             _say(line)
         while data["status"] == "pending":
             ticker = asyncio.create_task(_countdown(expires)) if live else None
@@ -535,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     link.add_argument("--recipient", help="who the link is for (shown on the form, journaled)")
     link.add_argument("--key", help="API key with the answer scope (default: $HANDRAISE_KEY)")
     link.set_defaults(fn=cmd_link)
+
+    inbox = sub.add_parser("inbox-link", parents=[common],
+                           help="print a one-time sign-in link to the operator inbox (made on the store)")
+    inbox.add_argument("--tenant", help="tenant id (default: the only one configured)")
+    inbox.add_argument("--name", required=True, help="who signs in: answers are recorded as operator:<name>")
+    inbox.set_defaults(fn=cmd_inbox_link)
 
     doctor = sub.add_parser("doctor", parents=[common], help="check the config, store, connectors, public_url "
                             "and keys; one line per finding with its fix (exit 0 only when all pass)")

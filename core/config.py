@@ -167,6 +167,17 @@ class McpSettings(_Section):
     progress_interval_seconds: float = Field(default=10.0, gt=0, le=15)
 
 
+class InboxSettings(_Section):
+    """``[inbox]``: the operator inbox's one-time sign-in links and browser sessions."""
+
+    # A sign-in link works once, within this many seconds of being made.
+    signin_link_seconds: int = Field(default=900, ge=30, le=7 * 86400)
+    # A session ends after this long without a request from its browser ...
+    session_idle_seconds: int = Field(default=8 * 3600, ge=60, le=30 * 86400)
+    # ... and after this long in any case.
+    session_max_seconds: int = Field(default=7 * 86400, ge=60, le=90 * 86400)
+
+
 class KeySettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     # What people read for this key ("Deploy bot"); ids never reach a human (core/names.py).
@@ -222,6 +233,7 @@ class Settings(_Section):
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    inbox: InboxSettings = Field(default_factory=InboxSettings)
     tenants: list[TenantSettings] = Field(default_factory=list)
     # Connector sections: validated by each connector's own settings_model.
     telegram: dict[str, Any] | None = None

@@ -5,6 +5,10 @@ An event names what happened (``request.created``, ``request.resolved``,
 show a ``read`` key of its tenant: no sensitive response ever enters one.
 Subscribers get their own bounded queue; a slow subscriber loses its oldest
 events (and is told so) rather than slowing the service.
+
+An event's ``seq`` is the seq of the journal entry that records it (``created``,
+``answered``/``expired``/``cancelled``, ``annotation_recorded``), so a stream that
+dropped can be resumed from the journal after the last id it saw: :func:`events_after`.
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ class EventBus:
         self._listeners.append(fn)
 
     def publish(self, ev: Event) -> None:
-        ev = Event(ev.type, ev.tenant_id, ev.object_id, ev.data, ev.run_id, ev.local, next(self._seq))
+        # Events carry their journal seq; one without (a test's own) gets a local number.
+        ev = Event(ev.type, ev.tenant_id, ev.object_id, ev.data, ev.run_id, ev.local, ev.seq or next(self._seq))
         for sub in list(self._subs):
             if sub.matches(ev):
                 sub.offer(ev)
@@ -108,6 +113,11 @@ class EventBus:
             while True:
                 yield await sub.queue.get()
 
+    async def load(self, event_type: str, tenant_id: str, object_id: str) -> dict[str, Any] | None:
+        """An event's data rebuilt from the store (None: no loader, or the object is gone)."""
+        loader = self._loaders.get(event_type)
+        return None if loader is None else await loader(tenant_id, object_id)
+
     @property
     def subscriber_count(self) -> int:
         return len(self._subs)
@@ -130,7 +140,39 @@ class EventBus:
             log.exception("bad notification")
             return
         if data is not None:
-            self.publish(Event(msg["type"], msg["tenant_id"], msg["id"], data, msg.get("run_id"), local=False))
+            seq = msg.get("seq")
+            self.publish(Event(msg["type"], msg["tenant_id"], msg["id"], data, msg.get("run_id"), local=False,
+                               seq=seq if isinstance(seq, int) and seq > 0 else 0))
+
+
+# Journal entries that are events: the entry's event name -> the event type.
+JOURNAL_EVENTS = {"created": REQUEST_CREATED, "answered": REQUEST_RESOLVED, "expired": REQUEST_RESOLVED,
+                  "cancelled": REQUEST_RESOLVED, "annotation_recorded": RUN_ANNOTATED}
+
+
+async def events_after(bus: EventBus, entries: Callable[[int], Awaitable[list[Any]]], *, tenant_id: str,
+                       after: int) -> AsyncIterator[Event]:
+    """The tenant's events recorded after journal seq ``after``, oldest first, rebuilt from the store.
+
+    ``entries(after_seq)`` reads the next page of the tenant's journal (``JournalEntry`` objects).
+    The data is the object as it stands now (a request created and since answered replays its
+    ``request.created`` with its current status); ``seq`` is the entry's, as it was live.
+    """
+    while True:
+        page = await entries(after)
+        if not page:
+            return
+        for entry in page:
+            after = entry.seq
+            kind = JOURNAL_EVENTS.get(entry.event)
+            if kind is None:
+                continue
+            object_id = entry.data.get("annotation_id") if kind == RUN_ANNOTATED else entry.request_id
+            if not object_id:
+                continue
+            data = await bus.load(kind, tenant_id, str(object_id))
+            if data is not None:
+                yield Event(kind, tenant_id, str(object_id), data, entry.run_id, local=False, seq=entry.seq)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

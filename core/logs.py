@@ -23,9 +23,8 @@ from handraise.core.config import LoggingSettings
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
 
-# Path prefixes followed by a one-time token: the hosted forms. The operator inbox's sign-in
-# links add their prefix here when they exist.
-ONE_TIME_PREFIXES: tuple[str, ...] = ("/f/",)
+# Path prefixes followed by a one-time token: the hosted forms and the operator inbox's sign-in links.
+ONE_TIME_PREFIXES: tuple[str, ...] = ("/f/", "/inbox/signin/")
 # Two characters or more: "/f/-/static/" (the form's assets) is not a token.
 _TOKEN_AFTER = re.compile("(" + "|".join(re.escape(p) for p in ONE_TIME_PREFIXES) + r")[^/?#\s\"'<>]{2,}")
 MASK = "<token>"

@@ -197,3 +197,39 @@ class StateRow(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=200)
     value: str = Field(sa_column=Column(Text, nullable=False))
     updated_at: float = Field(sa_column=Column(Float, nullable=False))
+
+
+class InboxSigninRow(SQLModel, table=True):
+    """A one-time sign-in link to the operator inbox: only its token's sha256 is kept."""
+
+    __tablename__ = "inbox_signins"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    # Who signs in with it: the session acts as ``operator:<name>``.
+    name: str = Field(max_length=64)
+    token_sha256: str = Field(max_length=64, unique=True)
+    # What the session may do, comma-separated: answer, read, and annotate when the minter had it.
+    scopes: str = Field(max_length=200)
+    created_by: str = Field(max_length=300)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    expires_at: float = Field(sa_column=Column(Float, nullable=False))
+    used_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class InboxSessionRow(SQLModel, table=True):
+    """A signed-in browser: the cookie holds a random token, the store its sha256 and both expiries."""
+
+    __tablename__ = "inbox_sessions"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    name: str = Field(max_length=64)
+    token_sha256: str = Field(max_length=64, unique=True)
+    signin_id: str = Field(max_length=64)
+    scopes: str = Field(max_length=200)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    last_seen_at: float = Field(sa_column=Column(Float, nullable=False))
+    # Absolute end; the idle end is last_seen_at plus the configured idle time.
+    expires_at: float = Field(sa_column=Column(Float, nullable=False))
+    ended_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))

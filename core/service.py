@@ -125,11 +125,7 @@ class RequestService:
         async with self.store.transaction() as conn:
             inserted = await self.store.insert_request(conn, row)
             if inserted:
-                # NOTIFY first (it is sent at COMMIT anyway): the journal's append, which locks the
-                # tenant's chain head until COMMIT, is the transaction's last statement.
-                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
-                                               "run_id": body.run_id, "origin": self.bus.instance_id})
-                await self.store.append_journal(
+                entry = await self.store.append_journal(
                     conn, tenant_id=tenant_id, event="created", request_id=row["id"], run_id=body.run_id,
                     principal=principal, data={
                         "unique_id": body.unique_id, "message_for_user": body.message_for_user,
@@ -137,6 +133,9 @@ class RequestService:
                         "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
                     }, at=now,
                 )
+                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
+                                               "run_id": body.run_id, "origin": self.bus.instance_id,
+                                               "seq": entry.seq})
         if not inserted:
             existing = await self.store.get_request_by_unique_id(tenant_id, body.unique_id)
             if existing is None:  # deleted between the two statements: cannot happen, rows are never deleted
@@ -150,7 +149,8 @@ class RequestService:
         view = RequestView.from_row(row | {"response_json": None, "response_purged": False,
                                            "resolved_by": None, "resolved_via": None, "resolved_at": None})
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
-        self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id))
+        # The event's id is its journal entry's seq, so a stream can resume from the journal (core/http/events.py).
+        self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id, seq=entry.seq))
         return view, True
 
     def channels_for(self, tenant_id: str) -> list[str]:
@@ -313,17 +313,18 @@ class RequestService:
                 if not won:
                     # Rolls back the link use too: the request was not ours to answer.
                     raise _LostRace
-                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
-                                               "run_id": view.run_id, "origin": self.bus.instance_id})
                 # The journal's keyed digest is never exported (JournalEntry.public_data).
                 data: dict[str, Any] = {"response_digest": digest}
                 if not view.sensitive:
                     data["response"] = json.loads(canonical)
                 if link_id is not None:
                     data["link_id"] = link_id
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="answered", request_id=view.id,
-                                                run_id=view.run_id, principal=principal, channel=via, data=data,
-                                                at=now)
+                entry = await self.store.append_journal(
+                    conn, tenant_id=tenant_id, event="answered", request_id=view.id, run_id=view.run_id,
+                    principal=principal, channel=via, data=data, at=now)
+                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
+                                               "run_id": view.run_id, "origin": self.bus.instance_id,
+                                               "seq": entry.seq})
         except _LostRace:
             current = await self.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
             if link_id is not None and current.status == "pending":
@@ -331,7 +332,7 @@ class RequestService:
             _raise_if_terminal(current)
             raise ExpiredError("the request expired") from None
         log.info("request answered", extra={"request_id": view.id, "via": via})
-        return await self._resolved(tenant_id, view.id)
+        return await self._resolved(tenant_id, view.id, seq=entry.seq)
 
     async def invalid_attempt(self, view: RequestView, *, principal: str, channel: str,
                               errors: list[dict[str, str]]) -> None:
@@ -344,10 +345,10 @@ class RequestService:
         log.info("invalid answer", extra={"request_id": view.id, "via": channel,
                                           "fields": [e["field"] for e in errors]})
 
-    async def _resolved(self, tenant_id: str, request_id: str) -> RequestView:
+    async def _resolved(self, tenant_id: str, request_id: str, *, seq: int) -> RequestView:
         view = await self.get(tenant_id=tenant_id, request_id=request_id)
         self._wake(request_id, view)
-        self.bus.publish(Event(REQUEST_RESOLVED, tenant_id, request_id, view.event_json(), view.run_id))
+        self.bus.publish(Event(REQUEST_RESOLVED, tenant_id, request_id, view.event_json(), view.run_id, seq=seq))
         return view
 
     # -- cancel and expire -----------------------------------------------------
@@ -361,15 +362,17 @@ class RequestService:
             won = await self.store.cancel_request(conn, request_id=request_id, tenant_id=tenant_id, now=now,
                                                   principal=principal)
             if won:
+                entry = await self.store.append_journal(
+                    conn, tenant_id=tenant_id, event="cancelled", request_id=request_id, run_id=view.run_id,
+                    principal=principal, channel="api", at=now)
                 await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
-                                               "run_id": view.run_id, "origin": self.bus.instance_id})
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="cancelled", request_id=request_id,
-                                                run_id=view.run_id, principal=principal, channel="api", at=now)
+                                               "run_id": view.run_id, "origin": self.bus.instance_id,
+                                               "seq": entry.seq})
         if not won:
             current = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             raise NotPendingError(f"the request is {current.status} already")
         log.info("request cancelled", extra={"request_id": request_id})
-        return await self._resolved(tenant_id, request_id)
+        return await self._resolved(tenant_id, request_id, seq=entry.seq)
 
     async def expire(self, *, tenant_id: str, request_id: str) -> bool:
         """Pending and past its deadline → expired. True when this call made the change."""
@@ -380,14 +383,15 @@ class RequestService:
                                                    values={"resolved_via": "timeout"})
             if won:
                 row = await self.store.get_request(tenant_id, request_id, conn=conn)
+                entry = await self.store.append_journal(conn, tenant_id=tenant_id, event="expired",
+                                                        request_id=request_id,
+                                                        run_id=row["run_id"] if row else None, at=now)
                 await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
                                                "run_id": row["run_id"] if row else None,
-                                               "origin": self.bus.instance_id})
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="expired", request_id=request_id,
-                                                run_id=row["run_id"] if row else None, at=now)
+                                               "origin": self.bus.instance_id, "seq": entry.seq})
         if won:
             log.info("request expired", extra={"request_id": request_id})
-            await self._resolved(tenant_id, request_id)
+            await self._resolved(tenant_id, request_id, seq=entry.seq)
         return won
 
     async def sweep(self) -> int:

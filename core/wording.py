@@ -57,7 +57,7 @@ ICONS: dict[str, str] = {"approved": "✅", "rejected": "❌", "answered": "✅"
                          "pending": "⏳", "reminder": "⏰", "sensitive": "🔒"}
 
 CHANNEL_NAMES = {"web": "the web form", "api": "the API", "telegram": "Telegram", "matrix": "Matrix",
-                 "slack": "Slack", "webhooks": "a webhook", "email": "email"}
+                 "slack": "Slack", "webhooks": "a webhook", "email": "email", "inbox": "the inbox"}
 
 def text(code: str) -> str:
     """The plain sentence for an outcome or refusal code."""

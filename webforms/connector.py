@@ -100,10 +100,14 @@ class WebFormsConnector(Connector):
         return None
 
     def routes(self) -> list[web.AbstractRouteDef]:
+        from handraise.webforms.inbox import Inbox
+
         return [
             web.get(STATIC_ROUTE + "{name}", self.serve_asset),
             web.get("/f/{token}", self.show_form),
             web.post("/f/{token}", self.take_answer),
+            # The operator inbox shares this channel's pages, looks and assets.
+            *Inbox(forms=self).routes(),
         ]
 
     # -- handlers ------------------------------------------------------------------

@@ -240,6 +240,13 @@ class Pages:
             **self._common(locale, zone, page.theme),
         )
 
+    def render(self, template: str, *, locale: str = DEFAULT_LOCALE, zone: dt.tzinfo = dt.UTC,
+               theme: Theme | None = None, **context: object) -> str:
+        """Any other page of the web channel (the operator inbox's), with the same globals as the form."""
+        t = self.translations(locale)
+        return self._env(locale).get_template(template).render(
+            countdown=countdown_formats(t), **context, **self._common(locale, zone, theme or Theme()))
+
     def outcome(self, key: str, *, locale: str = DEFAULT_LOCALE, zone: dt.tzinfo = dt.UTC,
                 receipt: Receipt | None = None, theme: Theme | None = None,
                 tenant_name: str | None = None) -> tuple[int, str]:

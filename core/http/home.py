@@ -41,8 +41,8 @@ def _render(name: str, **context: Any) -> web.Response:
 
 
 def extra_links(_app: web.Application) -> list[dict[str, str]]:
-    """More places to list on the home page. The operator inbox adds its sign-in here once it exists."""
-    return []
+    """More places to list on the home page: the operator inbox (it asks for a sign-in link when needed)."""
+    return [{"href": "/inbox", "text": "Operator inbox"}]
 
 
 @routes.get("/")

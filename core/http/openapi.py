@@ -154,9 +154,22 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/events": {"get": _op(
         "Server-Sent Events: request.created, request.resolved, run.annotated", scopes=["read"],
         params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
-                {"name": "types", "in": "query", "schema": {"type": "string"}}],
+                {"name": "types", "in": "query", "schema": {"type": "string"}},
+                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"},
+                 "description": "Resume: first every event recorded after this id (ids are journal seqs)"},
+                {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0},
+                 "description": "Resume point for a first connection (Last-Event-ID wins)"}],
         ok={"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
         errors=(400, 401, 403))},
+    "/v1/inbox/links": {"post": _op(
+        "Mint a one-time sign-in link to the operator inbox; the session acts as operator:<name>",
+        scopes=["answer"],
+        body={"type": "object", "required": ["name"], "additionalProperties": False,
+              "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}}},
+        ok={"201": _json({"type": "object", "properties": {"url": {"type": "string"},
+                                                            "expires_at": {"type": "string"},
+                                                            "name": {"type": "string"}}}, "Sign-in link")},
+        errors=(400, 401, 403, 413, 422))},
     "/v1/capabilities": {"get": _op(
         "Capabilities: host.feedback (RFC 0056 §A)", scopes=None,
         ok={"200": _json({"type": "object", "properties": {"host": {"type": "object", "properties": {

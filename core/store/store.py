@@ -39,6 +39,7 @@ from handraise.core.models import (
     StateRow,
 )
 from handraise.core.serversecret import ServerSecret
+from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
@@ -192,6 +193,8 @@ class Store:
         self.journal = Journal(read=self._read, dialect=self.dialect,
                                key=None if secret is None else secret.key("journal chain"))
         self.leadership = Leadership(dsn=self.asyncpg_dsn() if self.is_postgres else None)
+        # The operator inbox's sign-in links and sessions (core/store/inbox.py).
+        self.inbox = InboxRecords(read=self._read, write=self._write)
 
     # -- lifecycle -------------------------------------------------------------
 

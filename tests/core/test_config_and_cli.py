@@ -206,10 +206,12 @@ def test_bad_config_fails_with_one_line(tmp_path: Path) -> None:
 def test_serve_with_no_config_says_how_to_get_a_key(tmp_path: Path) -> None:
     with serving(tmp_path) as (proc, port):
         assert proc.stdout is not None
-        hint = [proc.stdout.readline() for _ in range(5)]
+        hint = [proc.stdout.readline() for _ in range(7)]
     store = tmp_path / "xdg" / "handraise" / "handraise.db"
     assert f"store:      {store}" in hint[0]
     assert f"public_url: http://127.0.0.1:{port}" in hint[1]  # the address served, not :8080
+    # The embedded default signs its first operator into the inbox with a one-time link.
+    assert re.search(rf"inbox: +http://127\.0\.0\.1:{port}/inbox/signin/[A-Za-z0-9_-]{{43}}$", hint[2]), hint
     assert "handraise keys create --scopes ask" in "".join(hint)
     assert store.exists() and not (tmp_path / "handraise.db").exists()
 

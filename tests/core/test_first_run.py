@@ -88,12 +88,16 @@ def test_the_readme_first_question_ends_with_the_answer(tmp_path: Path) -> None:
                 assert f"serving on http://127.0.0.1:{port}" in first, first + server.stderr.read()
                 store = server.stdout.readline()
                 assert str(tmp_path / "xdg" / "handraise" / "handraise.db") in store
+                server.stdout.readline()  # public_url
+                inbox = server.stdout.readline()  # the README's "open the inbox link it prints"
+                assert re.search(rf"inbox: +http://127\.0\.0\.1:{port}/inbox/signin/\S+$", inbox), inbox
             elif words[:2] == ["handraise", "ask"]:
                 asking = shell.start(words, run_env)
                 assert asking.stderr is not None
                 told = asking.stderr.readline()  # the request is stored once this line is out
                 assert re.search(r"asked req_\S+ \(unique_id login-otp-1\)", told), told
-                hint = asking.stderr.readline() + asking.stderr.readline()
+                hint = asking.stderr.readline() + asking.stderr.readline() + asking.stderr.readline()
+                assert f"http://127.0.0.1:{port}/inbox/r/req_" in hint, hint
                 assert "handraise answer login-otp-1" in hint and "handraise link req_" in hint
             else:
                 done = subprocess.run([str(BIN / "handraise"), *words[1:]], cwd=folder, env=run_env,

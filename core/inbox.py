@@ -1,0 +1,192 @@
+"""Who may use the operator inbox: one-time sign-in links that become server-side browser sessions.
+
+No accounts: an operator with an ``answer`` key (or the CLI, on the server's own
+store) mints a short-lived link for a name; opening it once makes a session for
+that tenant acting as ``operator:<name>``. Tokens are random and shown once; the
+store keeps their sha256 only. The pages themselves live in ``webforms/inbox/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from handraise.core.api import RequestView
+from handraise.core.config import Settings
+from handraise.core.errors import ExpiredError, LinkUsedError, NotFoundError, ValidationFailedError
+from handraise.core.store import Store
+
+__all__ = ["SESSION_SCOPES", "SIGNIN_PATH", "InboxAccess", "InboxSession", "MintedSignin", "check_name"]
+
+log = logging.getLogger(__name__)
+
+# Followed by the link's token; core/logs.py masks what follows it in every log line.
+SIGNIN_PATH = "/inbox/signin/"
+# Printable, no control or format characters, no ':' (the principal's separator) and no '<>'.
+_NAME = re.compile(r"^[^\x00-\x1f\x7f-\x9f:<>\u200b-\u200f\u2028-\u202e\u2066-\u2069]{1,64}$")
+# A session's last-seen time is written at most this often (one write per minute, not per request).
+_TOUCH_EVERY = 60.0
+
+
+def check_name(name: object) -> str:
+    """The operator's name as the journal will show it (``operator:<name>``), or ValidationFailedError."""
+    text = name.strip() if isinstance(name, str) else ""
+    if not _NAME.match(text):
+        raise ValidationFailedError(
+            "name must be 1 to 64 printable characters without ':', '<' or '>'",
+            fields=[{"field": "name", "message": "1 to 64 printable characters, without ':', '<' or '>'"}])
+    return text
+
+
+def _scopes(text: str) -> frozenset[str]:
+    return frozenset(s for s in text.split(",") if s in SESSION_SCOPES)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MintedSignin:
+    id: str
+    url: str
+    expires_at: float
+    name: str
+
+
+# What a session may do: answer and read always; annotate only when whoever minted the link could.
+SESSION_SCOPES = ("answer", "read", "annotate")
+
+
+@dataclass(frozen=True)
+class InboxSession:
+    id: str
+    tenant_id: str
+    name: str
+    created_at: float
+    expires_at: float
+    scopes: frozenset[str] = frozenset({"answer", "read"})
+
+    @property
+    def principal(self) -> str:
+        """Who the session acts as, in the journal and on answers (DESIGN.md's principal list)."""
+        return f"operator:{self.name}"
+
+
+class InboxAccess:
+    """Mint, redeem and check sign-ins; every step is journaled under the tenant."""
+
+    def __init__(self, *, settings: Settings, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+
+    async def mint(self, *, tenant_id: str, name: str, created_by: str,
+                   scopes: frozenset[str] | set[str] = frozenset(SESSION_SCOPES)) -> MintedSignin:
+        """``scopes``: the minter's; the session gets answer and read, and annotate if the minter had it."""
+        name = check_name(name)
+        granted = [s for s in SESSION_SCOPES if s in scopes or s in ("answer", "read")]
+        if self.settings.tenant(tenant_id) is None:
+            raise NotFoundError(f"no tenant {tenant_id!r}")
+        token = secrets.token_urlsafe(32)
+        now = self.clock()
+        row = {"id": f"sgn_{secrets.token_urlsafe(12)}", "tenant_id": tenant_id, "name": name,
+               "token_sha256": _digest(token), "scopes": ",".join(granted), "created_by": created_by,
+               "created_at": now,
+               "expires_at": now + self.settings.inbox.signin_link_seconds, "used_at": None}
+        async with self.store.transaction() as conn:
+            await self.store.inbox.insert_signin(conn, row)
+            await self.store.append_journal(conn, tenant_id=tenant_id, event="inbox_link_minted",
+                                            principal=created_by, channel="inbox",
+                                            data={"signin_id": row["id"], "for": f"operator:{name}"}, at=now)
+        log.info("inbox sign-in link minted", extra={"signin_id": row["id"], "tenant_id": tenant_id})
+        return MintedSignin(id=row["id"], url=f"{self.settings.server.public_url}{SIGNIN_PATH}{token}",
+                            expires_at=row["expires_at"], name=name)
+
+    async def pending_signin(self, token: str) -> dict[str, str]:
+        """What a sign-in link is for (``tenant_id``, ``name``), without using it; raises like ``redeem``."""
+        row = await self._signin(token)
+        return {"tenant_id": row["tenant_id"], "name": row["name"]}
+
+    async def redeem(self, token: str) -> tuple[str, InboxSession]:
+        """Use the link once: a new session and its cookie token. NotFoundError, LinkUsedError, ExpiredError."""
+        row = await self._signin(token)
+        now = self.clock()
+        session_token = secrets.token_urlsafe(32)
+        settings = self.settings.inbox
+        session = {"id": f"ses_{secrets.token_urlsafe(12)}", "tenant_id": row["tenant_id"], "name": row["name"],
+                   "token_sha256": _digest(session_token), "signin_id": row["id"], "scopes": row["scopes"],
+                   "created_at": now,
+                   "last_seen_at": now, "expires_at": now + settings.session_max_seconds, "ended_at": None}
+        async with self.store.transaction() as conn:
+            won = await self.store.inbox.use_signin(conn, signin_id=row["id"], now=now)
+            if won:
+                await self.store.inbox.insert_session(conn, session)
+                await self.store.append_journal(conn, tenant_id=row["tenant_id"], event="inbox_signed_in",
+                                                principal=f"operator:{row['name']}", channel="inbox",
+                                                data={"signin_id": row["id"], "session_id": session["id"]}, at=now)
+        if not won:
+            # Another tab used it a moment ago, or it expired in between: say which.
+            await self._signin(token)
+            raise LinkUsedError("this sign-in link was used already")
+        log.info("inbox signed in", extra={"session_id": session["id"], "tenant_id": row["tenant_id"]})
+        return session_token, InboxSession(session["id"], row["tenant_id"], row["name"], now, session["expires_at"],
+                                           _scopes(row["scopes"]))
+
+    async def session(self, token: str | None) -> InboxSession | None:
+        """The live session a cookie names, or None (unknown, signed out, idle too long, past its end)."""
+        if not token or len(token) > 128:
+            return None
+        row = await self.store.inbox.session_by_hash(_digest(token))
+        if row is None:
+            return None
+        now = self.clock()
+        idle_end = row["last_seen_at"] + self.settings.inbox.session_idle_seconds
+        if now >= row["expires_at"] or now >= idle_end or self.settings.tenant(row["tenant_id"]) is None:
+            return None
+        if now - row["last_seen_at"] >= _TOUCH_EVERY:
+            await self.store.inbox.touch_session(row["id"], now=now)
+        return InboxSession(row["id"], row["tenant_id"], row["name"], row["created_at"], row["expires_at"],
+                            _scopes(row["scopes"]))
+
+    async def sign_out(self, session: InboxSession) -> None:
+        now = self.clock()
+        if await self.store.inbox.end_session(session.id, now=now):
+            async with self.store.transaction() as conn:
+                await self.store.append_journal(conn, tenant_id=session.tenant_id, event="inbox_signed_out",
+                                                principal=session.principal, channel="inbox",
+                                                data={"session_id": session.id}, at=now)
+
+    # -- what the inbox lists (read-only; answers go through the lifecycle service) ----------
+
+    async def requests(self, session: InboxSession, *, statuses: tuple[str, ...], run_id: str | None = None,
+                       via: str | None = None, created_by: str | None = None, since: float | None = None,
+                       until: float | None = None, offset: int = 0, limit: int = 50) -> list[RequestView]:
+        """The session's tenant's requests, newest first, each with its deliveries."""
+        pending_only = statuses == ("pending",)
+        rows = await self.store.inbox.requests_page(
+            session.tenant_id, statuses=statuses, run_id=run_id, via=via, created_by=created_by, since=since,
+            until=until, unexpired_at=self.clock() if pending_only else None, offset=offset, limit=limit)
+        deliveries = await self.store.deliveries_for_many(session.tenant_id, [r["id"] for r in rows])
+        return [RequestView.from_row(r, deliveries=deliveries.get(r["id"], [])) for r in rows]
+
+    async def last_event_id(self, tenant_id: str) -> int:
+        """The newest journal seq of this tenant: a list read after it misses no event the stream sends."""
+        return await self.store.inbox.journal_head(tenant_id)
+
+    async def _signin(self, token: str) -> dict:
+        if not token or len(token) > 128:
+            raise NotFoundError("no such sign-in link")
+        row = await self.store.inbox.signin_by_hash(_digest(token))
+        if row is None or self.settings.tenant(row["tenant_id"]) is None:
+            raise NotFoundError("no such sign-in link")
+        if row["used_at"] is not None:
+            raise LinkUsedError("this sign-in link was used already")
+        if row["expires_at"] <= self.clock():
+            raise ExpiredError("this sign-in link expired")
+        return row

@@ -1,0 +1,91 @@
+"""The operator inbox's sign-in links and sessions: rows keyed by a token's sha256, never the token.
+
+Redeeming a link is a compare-and-set (``used_at IS NULL AND expires_at > now``) in the
+caller's transaction, so two tabs opening the same link make one session between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, select, update
+
+from handraise.core.models import InboxSessionRow, InboxSigninRow, JournalRow, RequestRow
+from handraise.core.store.units import StoreConnection, all_rows, first, rowcount, scalar
+
+requests_t = RequestRow.__table__
+journal_t = JournalRow.__table__
+signins_t = InboxSigninRow.__table__
+sessions_t = InboxSessionRow.__table__
+
+_b = bindparam
+_INSERT_SIGNIN = insert(signins_t)
+_GET_SIGNIN = select(signins_t).where(signins_t.c.token_sha256 == _b("token_sha256"))
+_USE_SIGNIN = update(signins_t).where(
+    signins_t.c.id == _b("w_id"), signins_t.c.used_at.is_(None), signins_t.c.expires_at > _b("w_now"),
+).values(used_at=_b("w_now"))
+_INSERT_SESSION = insert(sessions_t)
+_GET_SESSION = select(sessions_t).where(sessions_t.c.token_sha256 == _b("token_sha256"),
+                                        sessions_t.c.ended_at.is_(None))
+_JOURNAL_HEAD = select(func.max(journal_t.c.seq)).where(journal_t.c.tenant_id == _b("tenant_id"))
+_TOUCH_SESSION = update(sessions_t).where(sessions_t.c.id == _b("w_id")).values(last_seen_at=_b("w_now"))
+_END_SESSION = update(sessions_t).where(sessions_t.c.id == _b("w_id"), sessions_t.c.ended_at.is_(None)).values(
+    ended_at=_b("w_now"))
+
+Read = Callable[..., Awaitable[Any]]
+
+
+class InboxRecords:
+    """Statements in the caller's transaction (``conn``) or through the store's reader/writer."""
+
+    def __init__(self, *, read: Read, write: Read) -> None:
+        self._read = read
+        self._write = write
+
+    async def insert_signin(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
+        await conn.run(rowcount, _INSERT_SIGNIN, dict(row))
+
+    async def signin_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_SIGNIN, {"token_sha256": token_sha256})
+
+    async def use_signin(self, conn: StoreConnection, *, signin_id: str, now: float) -> bool:
+        """True for the one caller that used the link, while it was unused and unexpired."""
+        return await conn.run(rowcount, _USE_SIGNIN, {"w_id": signin_id, "w_now": now}) == 1
+
+    async def insert_session(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
+        await conn.run(rowcount, _INSERT_SESSION, dict(row))
+
+    async def session_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
+        return await self._read(first, _GET_SESSION, {"token_sha256": token_sha256})
+
+    async def touch_session(self, session_id: str, *, now: float) -> None:
+        await self._write(rowcount, _TOUCH_SESSION, {"w_id": session_id, "w_now": now})
+
+    async def end_session(self, session_id: str, *, now: float) -> bool:
+        return await self._write(rowcount, _END_SESSION, {"w_id": session_id, "w_now": now}) == 1
+
+    async def requests_page(self, tenant_id: str, *, statuses: tuple[str, ...], run_id: str | None = None,
+                            via: str | None = None, created_by: str | None = None, since: float | None = None,
+                            until: float | None = None, unexpired_at: float | None = None, offset: int = 0,
+                            limit: int = 50) -> list[dict[str, Any]]:
+        """The tenant's requests, newest first, filtered as the inbox's list and history ask."""
+        stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id, requests_t.c.status.in_(statuses))
+        if run_id is not None:
+            stmt = stmt.where(requests_t.c.run_id == run_id)
+        if via is not None:
+            stmt = stmt.where(requests_t.c.resolved_via == via)
+        if created_by is not None:
+            stmt = stmt.where(requests_t.c.created_by == created_by)
+        if since is not None:
+            stmt = stmt.where(requests_t.c.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(requests_t.c.created_at < until)
+        if unexpired_at is not None:
+            stmt = stmt.where(requests_t.c.expires_at > unexpired_at)
+        stmt = stmt.order_by(requests_t.c.created_at.desc(), requests_t.c.id.desc()).offset(offset).limit(limit)
+        return await self._read(all_rows, stmt)
+
+    async def journal_head(self, tenant_id: str) -> int:
+        """The tenant's newest journal seq (0 before its first entry)."""
+        return int(await self._read(scalar, _JOURNAL_HEAD, {"tenant_id": tenant_id}) or 0)
