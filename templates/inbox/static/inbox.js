@@ -140,17 +140,39 @@
 
   Array.prototype.forEach.call(cards(), startClock);
 
-  // The stream starts after the list's own read (data-after); the browser resends the last
-  // id it saw as Last-Event-ID on every reconnect, and the server replays what came meanwhile.
-  var stream = new EventSource(list.getAttribute("data-events") + "?after=" + list.getAttribute("data-after"));
-  stream.addEventListener("request.created", function (e) {
-    var data = JSON.parse(e.data);
-    if (data.status !== "pending") { return; }
-    // The event carries the request; the card wants its asker's name and deliveries too.
-    fetch("/inbox/api/requests/" + encodeURIComponent(data.id), {credentials: "same-origin"})
-      .then(function (r) { return r.ok ? r.json() : null; })
-      .then(function (c) { if (c) { added(c); } });
-  });
-  stream.addEventListener("request.resolved", function (e) { removed(JSON.parse(e.data).id); });
-  window.handraiseInbox = {stream: stream};
+  // The stream starts after the list's own read (data-after). While the connection lives the
+  // browser resends the last id it saw as Last-Event-ID on each of its own reconnects; when it
+  // gives up (the server went away), we open a new one after that same id. Either way the
+  // server first replays what was recorded meanwhile: nothing is missed.
+  var lastId = list.getAttribute("data-after");
+  var stream = null;
+  var retry = 1000;
+  function track(e) { if (e.lastEventId) { lastId = e.lastEventId; } }
+  function connect() {
+    stream = new EventSource(list.getAttribute("data-events") + "?after=" + encodeURIComponent(lastId));
+    stream.addEventListener("request.created", function (e) {
+      track(e);
+      var data = JSON.parse(e.data);
+      if (data.status !== "pending") { return; }
+      // The event carries the request; the card wants its asker's name and deliveries too.
+      fetch("/inbox/api/requests/" + encodeURIComponent(data.id), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (c) { if (c) { added(c); } });
+    });
+    stream.addEventListener("request.resolved", function (e) { track(e); removed(JSON.parse(e.data).id); });
+    stream.addEventListener("open", function () { retry = 1000; });
+    stream.addEventListener("error", function () {
+      if (stream.readyState === EventSource.CLOSED) {
+        setTimeout(connect, retry);
+        retry = Math.min(retry * 2, 30000);
+      }
+    });
+  }
+  connect();
+  // For tests and the curious: the live stream, and a way to drop it and come back.
+  window.handraiseInbox = {
+    drop: function () { stream.close(); },
+    resume: function () { stream.close(); connect(); },
+    lastId: function () { return lastId; }
+  };
 })();
