@@ -162,7 +162,7 @@ PATHS: dict[str, dict[str, Any]] = {
         ok={"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
         errors=(400, 401, 403))},
     "/v1/inbox/links": {"post": _op(
-        "Mint a one-time sign-in link to the operator inbox; the session acts as operator:<name>",
+        "Mint a one-time sign-in link to the operator inbox; the session answers as operator:{name}",
         scopes=["answer"],
         body={"type": "object", "required": ["name"], "additionalProperties": False,
               "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}}},
