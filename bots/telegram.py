@@ -59,6 +59,7 @@ from handraise.core.chat import ChatConnector, RoutedSettings, Sender, TenantRou
 from handraise.core.connectors import AnswerOutcome, rating_value
 from handraise.core.errors import ConfigError, ConnectorError
 from handraise.core.redaction import redact
+from handraise.core.schema import fields
 
 log = logging.getLogger(__name__)
 
@@ -677,8 +678,8 @@ def presentation(view: RequestView) -> str:
         return "free_text"
     if schema.get("type") == "boolean":
         return "boolean"
-    if schema.get("type") == "string" and isinstance(schema.get("enum"), list) \
-            and len(schema["enum"]) <= MAX_BUTTON_CHOICES:
+    spec = fields(schema)[0] if schema.get("type") != "object" else None
+    if spec is not None and spec.widget == "enum" and len(spec.choices) <= MAX_BUTTON_CHOICES:
         return "enum"
     return "form"
 
@@ -691,8 +692,9 @@ def button_choices(view: RequestView) -> list[tuple[str, Any]]:
     if style == "boolean":
         return [("Yes", True), ("No", False)]
     if style == "enum":
-        assert view.schema is not None
-        return [(_label(str(v)), v) for v in view.schema["enum"]]
+        # A labelled choice shows its title; the answer holds the value.
+        spec = fields(view.schema)[0]
+        return [(_label(spec.choice_title(v)), v) for v in spec.choices]
     return []
 
 

@@ -22,13 +22,21 @@ from handraise.core.chat import NAMES
 from handraise.core.config import Settings
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError, RateLimitedError
-from handraise.core.i18n import parse_accept_language
+from handraise.core.i18n import DEFAULT_LOCALE, parse_accept_language
 from handraise.core.names import display_name
-from handraise.core.schema import FieldError
+from handraise.core.schema import FieldError, validate_answer_off_loop
 from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
 from handraise.webforms.looks import TenantLooks, Theme, build_theme
 from handraise.webforms.pages import STATIC_ROUTE, FormPage, Pages, Receipt, page_response
-from handraise.webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
+from handraise.webforms.render import (
+    CSRF_FIELD,
+    ENGLISH,
+    ParsedForm,
+    field_views,
+    form_specs,
+    parse_form,
+    split_errors,
+)
 
 if TYPE_CHECKING:
     from handraise.core.service import RequestService
@@ -156,14 +164,16 @@ class WebFormsConnector(Connector):
 
         approval = view.kind == "approval"
         specs = form_specs(view.schema, sensitive=view.sensitive)
-        parsed = parse_form(specs, form, approval=approval)
-        if parsed.errors:
-            # Core's validator has no word for "nothing was entered" on a one-value answer;
-            # the attempt is journaled and counted all the same, as the service does for its own refusals.
+        parsed, errors = await self._check(view, specs, form, approval=approval)
+        if errors:
+            # The attempt is journaled (in English) and counted, as the service does for its own
+            # refusals; the person reads it in their page's language.
             await self.service.invalid_attempt(view, principal=link.answers_as, channel=self.name,
-                                               errors=[e.to_json() for e in parsed.errors])
-            return await self._form_page(request, link, view, posted=parsed.posted, errors=parsed.errors,
-                                         status=422)
+                                               errors=[e.to_json() for e in errors])
+            if self._locale(request, view.tenant_id) != DEFAULT_LOCALE:
+                parsed, errors = await self._check(view, specs, form, approval=approval,
+                                                   t=self._translations(request, view))
+            return await self._form_page(request, link, view, posted=parsed.posted, errors=errors, status=422)
         try:
             answered = await self.service.submit_link(token=token, response=parsed.value)
         except InvalidAnswerError as e:
@@ -185,6 +195,13 @@ class WebFormsConnector(Connector):
             return web.Response(status=304, headers=headers)
         charset = "utf-8" if asset.content_type.startswith("text/") else None
         return web.Response(body=asset.body, content_type=asset.content_type, charset=charset, headers=headers)
+
+    async def _check(self, view: RequestView, specs: list[Any], form: Any, *, approval: bool,
+                     t: gettext.NullTranslations = ENGLISH) -> tuple[ParsedForm, list[FieldError]]:
+        """The posted answer and its problems, worded in ``t``. The service checks again on submit,
+        so nothing here decides what is valid: it only lets the person read why in their language."""
+        parsed = parse_form(specs, form, approval=approval, schema=view.schema, translations=t)
+        return parsed, parsed.errors or await validate_answer_off_loop(view.schema, parsed.value, t=t)
 
     # -- pages ---------------------------------------------------------------------
 
@@ -210,7 +227,7 @@ class WebFormsConnector(Connector):
         by_field, general = split_errors(specs, errors or [])
         # A sensitive answer is never echoed back, not even the parts that are not masked.
         fields = field_views(specs, posted=posted, errors=by_field, keep_values=not view.sensitive,
-                             approval=approval, translations=self.pages.translations(locale))
+                             approval=approval, translations=self.pages.translations(locale), schema=view.schema)
         page = FormPage(
             question=view.message_for_user,
             fields=fields,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import gettext
 import importlib.resources
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -170,6 +171,12 @@ def countdown_formats(t: gettext.NullTranslations = ENGLISH) -> dict[str, str]:
     }
 
 
+def error_headings(t: gettext.NullTranslations = ENGLISH, *, most: int = 24) -> list[str]:
+    """The error summary's heading for 1, 2, … problems; the script picks from the same list."""
+    return [t.ngettext("One answer needs a change", "%(num)d answers need a change", n) % {"num": n}
+            for n in range(1, most + 1)]
+
+
 def load_assets(folder: Path) -> dict[str, Asset]:
     return {name: Asset.of((folder / name).read_bytes(), content_type) for name, content_type in _ASSET_TYPES.items()}
 
@@ -207,8 +214,12 @@ class Pages:
                 auto_reload=False,
                 extensions=["jinja2.ext.i18n"],
             )
+            t = self.translations(locale)
             env.globals["asset"] = self.asset_url
-            env.install_gettext_translations(self.translations(locale), newstyle=True)  # type: ignore[attr-defined]
+            # The error summary's headings, for the page and for its script (any page that draws _form.html).
+            env.globals["error_heading"] = lambda count: error_headings(t, most=count)[count - 1]
+            env.globals["error_headings"] = lambda most: json.dumps(error_headings(t, most=most))
+            env.install_gettext_translations(t, newstyle=True)  # type: ignore[attr-defined]
             self._envs[locale] = env
         return env
 

@@ -14,9 +14,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Protocol
 
 from handraise.core.schema import FieldError, FieldSpec, coerce_field, fields
+from handraise.core.schema.messages import PRIORITY, number_text, problem
 
 # English, the source language: what a caller that passes no translations gets.
 ENGLISH = gettext.NullTranslations()
@@ -121,6 +123,8 @@ class FieldView:
     error: str
     hint: str
     autofocus: bool = False
+    # What the page's script checks before sending, and the server's sentence for each problem.
+    checks: dict[str, str] = dataclass_field(default_factory=dict)
 
     @property
     def value(self) -> str:
@@ -132,8 +136,8 @@ class FieldView:
 
     @property
     def choices(self) -> list[tuple[str, str]]:
-        """(value posted, text shown) of each choice."""
-        return [(choice, choice) for choice in self.spec.choices]
+        """(value posted, text shown) of each choice: a labelled choice shows its title, posts its value."""
+        return [(choice, self.spec.choice_title(choice)) for choice in self.spec.choices]
 
     @property
     def required(self) -> bool:
@@ -168,35 +172,52 @@ class FieldView:
         return OFFSET_PREFIX + self.name
 
     @property
+    def data_attrs(self) -> dict[str, str]:
+        """The container's ``data-*``: the field's name, label, summary target and the script's checks."""
+        attrs = {"data-field": self.name, "data-label": self.label, "data-target": self.target_id}
+        attrs.update({f"data-{key}": value for key, value in self.checks.items()})
+        return attrs
+
+    @property
     def masked(self) -> bool:
         return self.control == "masked" or (self.control == "code" and self.spec.masked)
 
 
+def _rank(error: FieldError) -> int:
+    return PRIORITY.index(error.keyword) if error.keyword in PRIORITY else len(PRIORITY)
+
+
 def split_errors(specs: Sequence[FieldSpec], errors: Sequence[FieldError]) -> tuple[dict[str, list[str]], list[str]]:
-    """Errors by form field name (``tags.1`` belongs to ``tags``), and those that name no field."""
+    """Each field's one error to show (``tags.1`` belongs to ``tags``), and those that name no field.
+
+    A field with several problems shows the first by ``messages.PRIORITY``, the order the
+    page's script checks in, so both say the same.
+    """
     by_field: dict[str, list[str]] = {}
+    ranks: dict[str, int] = {}
     general: list[str] = []
     root = _is_root(specs)
     names = {spec.name for spec in specs}
     for error in errors:
         head = error.field.split(".", 1)[0]
-        if root:
-            by_field.setdefault(ROOT_NAME, []).append(error.message)
-        elif head in names and head:
-            by_field.setdefault(head, []).append(error.message)
-        else:
+        name = ROOT_NAME if root else head if head in names and head else None
+        if name is None:
             general.append(f"{error.field}: {error.message}" if error.field else error.message)
+        elif name not in ranks or _rank(error) < ranks[name]:
+            by_field[name], ranks[name] = [error.message], _rank(error)
     return by_field, general
 
 
 def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str]] | None = None,
                 errors: Mapping[str, Sequence[str]] | None = None, keep_values: bool = True,
-                approval: bool = False, translations: gettext.NullTranslations = ENGLISH) -> list[FieldView]:
+                approval: bool = False, translations: gettext.NullTranslations = ENGLISH,
+                schema: dict | None = None) -> list[FieldView]:
     """The template's view of each field.
 
     ``posted`` holds what the human sent (re-rendering after a 422); None shows
     the schema's defaults. A masked field never shows a value, and with
-    ``keep_values`` False (a sensitive request) no field does.
+    ``keep_values`` False (a sensitive request) no field does. ``schema`` (the
+    request's) gives the page's script its checks, worded as the server words them.
     """
     errors = errors or {}
     views: list[FieldView] = []
@@ -220,8 +241,60 @@ def field_views(specs: Sequence[FieldSpec], *, posted: Mapping[str, Sequence[str
             hint=_approval_hint(translations) if approval and spec.name == "reason" else _hint(spec, control,
                                                                                                     translations),
             autofocus=autofocus,
+            checks={} if approval else client_checks(spec, node_of(schema, spec), control, translations),
         ))
     return views
+
+
+def node_of(schema: dict | None, spec: FieldSpec) -> dict:
+    """The (sub)schema a field comes from: its property, the root, or {} for free text."""
+    if schema is None:
+        return {}
+    if spec.name and isinstance(schema.get("properties"), dict):
+        node = schema["properties"].get(spec.name)
+        return node if isinstance(node, dict) else {}
+    return schema
+
+
+def client_checks(spec: FieldSpec, node: dict, control: str,
+                  t: gettext.NullTranslations = ENGLISH) -> dict[str, str]:
+    """The ``data-*`` the page's script reads: each bound, and the server's sentence for breaking it.
+
+    Sentences come from core's messages.problem with the field's own schema, so a problem the
+    script finds reads exactly as the one the server would report.
+    """
+    checks: dict[str, str] = {"kind": spec.widget, "control": control}
+
+    def say(keyword: str, expected: Any = None) -> None:
+        checks[f"msg-{keyword.lower()}"] = problem(keyword, node, expected, t=t)
+
+    if spec.required or spec.widget == "date_range":
+        say("required")
+    if spec.widget in ("integer", "number"):
+        say("type", spec.widget)
+        for keyword, value in (("minimum", spec.minimum), ("maximum", spec.maximum),
+                               ("exclusiveMinimum", spec.exclusive_minimum),
+                               ("exclusiveMaximum", spec.exclusive_maximum), ("multipleOf", spec.multiple_of)):
+            if value is not None:
+                checks[keyword.lower()] = number_text(value)
+                say(keyword, value)
+    if spec.widget in ("date", "time", "date-time", "email", "uri"):
+        say("format", spec.widget)
+    if spec.pattern:
+        say("pattern")
+    for keyword, value in (("minLength", spec.min_length), ("maxLength", spec.max_length)):
+        if value is not None and spec.widget in ("text", "textarea", "password"):
+            checks[keyword.lower()] = str(value)
+            say(keyword, value)
+    if spec.widget == "multi_enum":
+        for keyword, value in (("minItems", spec.min_items), ("maxItems", spec.max_items)):
+            if value is not None:
+                checks[keyword.lower()] = str(value)
+                say(keyword, value)
+    if spec.widget == "date_range":
+        say("minItems", 2)
+        say("date_order")
+    return checks
 
 
 def _is_root(specs: Sequence[FieldSpec]) -> bool:
@@ -428,12 +501,13 @@ class ParsedForm:
     errors: list[FieldError]
 
 
-def parse_form(specs: Sequence[FieldSpec], form: FormData, *, approval: bool = False) -> ParsedForm:
+def parse_form(specs: Sequence[FieldSpec], form: FormData, *, approval: bool = False, schema: dict | None = None,
+               translations: gettext.NullTranslations = ENGLISH) -> ParsedForm:
     """Read the posted fields into the typed answer; names that are not fields are ignored.
 
-    A field left empty is absent from the answer, so core's validator says
-    "is required" for a required one. A primitive answer left empty has no
-    validator message of its own, so it is reported here as required.
+    A field left empty is absent from the answer, so core's validator says it
+    is required for a required one. A primitive answer left empty has no
+    validator message of its own, so it is reported here, in the same words.
     """
     posted: dict[str, list[str]] = {}
     answer: dict[str, Any] = {}
@@ -448,7 +522,8 @@ def parse_form(specs: Sequence[FieldSpec], form: FormData, *, approval: bool = F
             answer[spec.name] = value
     if _is_root(specs):
         if "" not in answer:
-            return ParsedForm(value=None, posted=posted, errors=[FieldError("", "is required")])
+            message = problem("required", node_of(schema, specs[0]), t=translations)
+            return ParsedForm(value=None, posted=posted, errors=[FieldError("", message, "required")])
         return ParsedForm(value=answer[""], posted=posted, errors=[])
     return ParsedForm(value=answer, posted=posted, errors=[])
 

@@ -78,7 +78,7 @@ def how_to_answer(request: RequestView) -> str:
     if spec.widget == "boolean":
         return f"To answer, reply yes or no, or react {THUMBS_UP} / {THUMBS_DOWN}."
     if spec.widget == "enum":
-        return "To answer, reply with one of: " + ", ".join(spec.choices) + "."
+        return "To answer, reply with one of: " + ", ".join(spec.choice_titles or spec.choices) + "."
     return f"To answer, reply with {describe_field(spec)}."
 
 

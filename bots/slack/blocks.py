@@ -91,7 +91,7 @@ def plan_buttons(view: RequestView) -> list[ButtonPlan]:
             plans.append(ButtonPlan("Yes", answer_intent(True), style="primary"))
             plans.append(ButtonPlan("No", answer_intent(False)))
         elif quick is not None:
-            plans.extend(ButtonPlan(choice, answer_intent(choice)) for choice in quick.choices)
+            plans.extend(ButtonPlan(quick.choice_title(choice), answer_intent(choice)) for choice in quick.choices)
         else:
             plans.append(ButtonPlan("Answer here", MODAL_INTENT, style="primary"))
     plans.append(ButtonPlan("Open form", FORM_INTENT))
@@ -276,7 +276,7 @@ def _element(spec: FieldSpec, *, approval: bool) -> dict[str, Any]:
             element["initial_option"] = options[0 if default else 1]
         return element
     if widget == "enum":
-        options = [_option(_choice_label(c, approval), str(i)) for i, c in enumerate(spec.choices)]
+        options = [_option(_choice_label(spec.choice_title(c), approval), str(i)) for i, c in enumerate(spec.choices)]
         if len(options) <= _RADIO_MAX:
             element = {"type": "radio_buttons", "action_id": VALUE_ACTION, "options": options}
         elif len(options) <= _SELECT_MAX:
@@ -289,7 +289,7 @@ def _element(spec: FieldSpec, *, approval: bool) -> dict[str, Any]:
             element["initial_option"] = options[spec.choices.index(default)]
         return element
     if widget == "multi_enum":
-        options = [_option(c, str(i)) for i, c in enumerate(spec.choices)]
+        options = [_option(spec.choice_title(c), str(i)) for i, c in enumerate(spec.choices)]
         if len(options) <= _CHECKBOXES_MAX:
             element = {"type": "checkboxes", "action_id": VALUE_ACTION, "options": options}
         elif len(options) <= _SELECT_MAX:

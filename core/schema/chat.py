@@ -86,9 +86,9 @@ def coerce_field(spec_or_subschema: FieldSpec | dict, text: str) -> object:
             return False
         return value
     if widget == "enum":
-        return _match_choice(spec.choices, value)
+        return _match_choice(spec.choices, value, spec.choice_titles)
     if widget == "multi_enum":
-        return _to_choices(spec.choices, value)
+        return _to_choices(spec.choices, value, spec.choice_titles)
     if widget == "date":
         return _to_date(value)
     if widget == "date_range":
@@ -130,11 +130,15 @@ def _squash(text: str) -> str:
     return re.sub(r"[\W_]+", "", text.casefold())
 
 
-def _match_choice(choices: tuple[str, ...], value: str) -> str:
+def _match_choice(choices: tuple[str, ...], value: str, titles: tuple[str, ...] = ()) -> str:
+    """The choice ``value`` names: a value, else a choice's label (a person may type either)."""
     if value in choices:
         return value
+    labelled = len(titles) == len(choices)
     for key in (_fold, _squash):
         hits = [choice for choice in choices if key(choice) == key(value) and key(value)]
+        if not hits and labelled:
+            hits = [choice for choice, title in zip(choices, titles) if key(title) == key(value) and key(value)]
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:
@@ -146,13 +150,13 @@ def _match_choice(choices: tuple[str, ...], value: str) -> str:
     return value
 
 
-def _to_choices(choices: tuple[str, ...], value: str) -> list[str]:
+def _to_choices(choices: tuple[str, ...], value: str, titles: tuple[str, ...] = ()) -> list[str]:
     if not value:
         return []
-    whole = _match_choice(choices, value)
+    whole = _match_choice(choices, value, titles)
     if whole in choices:
         return [whole]
-    return [_match_choice(choices, part.strip()) for part in re.split(r"[,;\n]", value) if part.strip()]
+    return [_match_choice(choices, part.strip(), titles) for part in re.split(r"[,;\n]", value) if part.strip()]
 
 
 def _to_date(value: str) -> str:

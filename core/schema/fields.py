@@ -8,8 +8,16 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from handraise.core.schema.shapes import TEXTAREA_FROM, is_date_range, node_type
-from handraise.core.schema.validation import number_text, plural
+from handraise.core.schema.shapes import (
+    TEXTAREA_FROM,
+    choice_titles,
+    choice_values,
+    is_date_range,
+    labelled_choices,
+    node_type,
+)
+from handraise.core.schema.messages import number_text
+from handraise.core.schema.validation import plural
 
 # --------------------------------------------------------------------------- fields
 
@@ -37,6 +45,14 @@ class FieldSpec:
     # Multi-select bounds; a date range always has 2 and 2.
     min_items: int | None = None
     max_items: int | None = None
+    # What a person reads for each of ``choices`` (a labelled choice's title, else the value itself).
+    choice_titles: tuple[str, ...] = ()
+
+    def choice_title(self, value: str) -> str:
+        """The label of one choice's value (the value itself when it has none)."""
+        if value in self.choices and len(self.choice_titles) == len(self.choices):
+            return self.choice_titles[self.choices.index(value)]
+        return value
 
     @property
     def code_length(self) -> int | None:
@@ -92,7 +108,7 @@ def _widget(node: dict, *, root: bool) -> str:
         return kind
     if kind == "array":
         return "date_range" if is_date_range(node) else "multi_enum"
-    if "enum" in node:
+    if "enum" in node or labelled_choices(node) is not None:
         return "enum"
     fmt = node.get("format")
     if fmt == "password" or node.get("writeOnly") is True:
@@ -110,10 +126,12 @@ def _widget(node: dict, *, root: bool) -> str:
 def field_spec(name: str, node: dict, *, required: bool, sensitive: bool, root: bool) -> FieldSpec:
     widget = _widget(node, root=root)
     choices: tuple[str, ...] = ()
+    titles: tuple[str, ...] = ()
     if widget == "enum":
-        choices = tuple(node.get("enum", ()))
+        choices, titles = tuple(choice_values(node)), tuple(choice_titles(node))
     elif widget == "multi_enum":
-        choices = tuple(node.get("items", {}).get("enum", ()))
+        items = node.get("items", {})
+        choices, titles = tuple(choice_values(items)), tuple(choice_titles(items))
     masked = widget == "password" or (sensitive and widget in _MASKABLE)
     title = node.get("title") or (_humanize(name) if name else "Answer")
     return FieldSpec(
@@ -135,6 +153,7 @@ def field_spec(name: str, node: dict, *, required: bool, sensitive: bool, root: 
         multiple_of=node.get("multipleOf"),
         min_items=node.get("minItems"),
         max_items=node.get("maxItems"),
+        choice_titles=titles,
     )
 
 
@@ -154,12 +173,15 @@ def describe_field(spec: FieldSpec) -> str:
     """The field's type, format and bounds in words, for chat cards."""
     widget = spec.widget
     if widget in ("text", "textarea", "password"):
+        if spec.code_length is not None:
+            return f"a {spec.code_length}-digit code"
         parts = ["secret text" if widget == "password" else "text"]
         length = _length_words(spec.min_length, spec.max_length)
         if length:
             parts.append(length)
-        if spec.pattern:
-            parts.append(f"matching {spec.pattern}")
+        # People read the description (or the error's sentence), never the regular expression.
+        if spec.pattern and not spec.description:
+            parts.append("in a set format")
         return ", ".join(parts)
     if widget in ("integer", "number"):
         text = widget
@@ -179,7 +201,7 @@ def describe_field(spec: FieldSpec) -> str:
     if widget == "boolean":
         return "yes or no"
     if widget == "enum":
-        return "one of: " + ", ".join(spec.choices)
+        return "one of: " + ", ".join(spec.choice_titles or spec.choices)
     if widget == "multi_enum":
         low, high = spec.min_items, spec.max_items
         if low and high:
@@ -190,7 +212,7 @@ def describe_field(spec: FieldSpec) -> str:
             count = f"up to {high}"
         else:
             count = "any"
-        return f"choose {count} of: " + ", ".join(spec.choices)
+        return f"choose {count} of: " + ", ".join(spec.choice_titles or spec.choices)
     if widget == "date_range":
         return "date range: two dates (YYYY-MM-DD to YYYY-MM-DD)"
     return {

@@ -16,6 +16,7 @@ from handraise.core.schema.shapes import (
     KINDS,
     MAX_FIELDS,
     MAX_SCHEMA_BYTES,
+    choice_values,
     node_type,
 )
 from handraise.core.schema.patterns import PatternError, compile_pattern
@@ -33,7 +34,10 @@ _META_SCHEMAS = frozenset({
     "http://json-schema.org/draft-06/schema",
 })
 _PRIMITIVE_TYPES = ("string", "integer", "number", "boolean")
-_STRING_KEYWORDS = frozenset({"type", "enum", "minLength", "maxLength", "pattern", "format"})
+# errorMessage: our extension, the sentence a person reads when the answer does not match the pattern.
+_STRING_KEYWORDS = frozenset({"type", "enum", "oneOf", "anyOf", "minLength", "maxLength", "pattern", "format",
+                              "errorMessage"})
+_OPTION_KEYWORDS = frozenset({"const", "title", "description"})
 _NUMBER_KEYWORDS = frozenset({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
 _OBJECT_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties"})
 _MULTI_KEYWORDS = frozenset({"type", "items", "minItems", "maxItems", "uniqueItems"})
@@ -79,7 +83,7 @@ def check_schema(
     _check_plain(schema)
     _check_root(schema, max_fields=max_fields)
     if kind == "choice" and node_type(schema) not in ("boolean",) and not (
-        node_type(schema) == "string" and "enum" in schema
+        node_type(schema) == "string" and choice_values(schema)
     ):
         raise InvalidSchemaError("kind 'choice' needs a schema that is a string enum or a boolean")
     return copy.deepcopy(schema)
@@ -215,6 +219,11 @@ def _check_primitive(node: dict, loc: str, kind: str) -> None:
 
 
 def _check_string(node: dict, loc: str) -> None:
+    labelled = [key for key in ("oneOf", "anyOf") if key in node]
+    if labelled:
+        _check_labelled(node, loc, labelled)
+    if "errorMessage" in node and (not isinstance(node["errorMessage"], str) or not node["errorMessage"].strip()):
+        raise _fail(loc, "errorMessage must be a non-empty string")
     if "enum" in node:
         enum = node["enum"]
         if not isinstance(enum, list) or not enum:
@@ -239,6 +248,32 @@ def _check_string(node: dict, loc: str) -> None:
             raise _fail(loc, str(e)) from None
     if "format" in node and node["format"] not in FORMATS:
         raise _fail(loc, f"format {node['format']!r} is not supported; use one of: {', '.join(FORMATS)}")
+
+
+def _check_labelled(node: dict, loc: str, keys: list[str]) -> None:
+    """Labelled choices: oneOf (or anyOf) of {"const": "<value>", "title": "<label>"}, instead of an enum."""
+    if len(keys) > 1 or "enum" in node:
+        raise _fail(loc, "give the choices once: enum, or oneOf/anyOf of {const, title}")
+    options = node[keys[0]]
+    where = f"{loc}.{keys[0]}"
+    if not isinstance(options, list) or not options:
+        raise _fail(where, "must be a non-empty list of {const, title} choices")
+    values = []
+    for option in options:
+        if not isinstance(option, dict) or "const" not in option:
+            raise _fail(where, "each choice must be an object with const (the value) and title (the label)")
+        for key in option:
+            if key not in _OPTION_KEYWORDS:
+                raise _fail(where, f"keyword {key!r} is not supported in a choice; use const, title, description")
+        value = option["const"]
+        if not isinstance(value, str) or not value.strip():
+            raise _fail(where, "each const must be a non-empty string")
+        for key in ("title", "description"):
+            if key in option and not isinstance(option[key], str):
+                raise _fail(where, f"a choice's {key} must be a string")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise _fail(where, "lists a choice twice")
 
 
 def _check_object(node: dict) -> None:
@@ -285,11 +320,11 @@ def _check_array(node: dict, loc: str) -> None:
     if not isinstance(items, dict):
         raise _fail(loc, _ARRAY_SHAPES)
     item_loc = f"{loc}.items"
-    if "enum" in items:
+    if "enum" in items or any(key in items for key in ("oneOf", "anyOf")):
         _check_keywords(node, loc, _MULTI_KEYWORDS)
         if _check_type(items, item_loc) != "string":
             raise _fail(item_loc, "non-string enums are not supported; use a string enum")
-        _check_keywords(items, item_loc, frozenset({"type", "enum"}))
+        _check_keywords(items, item_loc, frozenset({"type", "enum", "oneOf", "anyOf"}))
         _check_string(items, item_loc)
         for key in ("minItems", "maxItems"):
             if key in node and not _is_count(node[key]):
@@ -309,7 +344,7 @@ def _check_array(node: dict, loc: str) -> None:
 
 
 _ARRAY_SHAPES = (
-    "arrays must be a multi-select (items: a string enum) or a date range "
+    "arrays must be a multi-select (items: a string enum, or oneOf/anyOf of {const, title}) or a date range "
     "(items: strings of format 'date', minItems 2, maxItems 2)"
 )
 
@@ -319,4 +354,4 @@ def _check_default(node: dict, loc: str) -> None:
         return
     problems = schema_errors(node, node["default"])
     if problems:
-        raise _fail(loc, f"default {problems[0].message}")
+        raise _fail(loc, f"default does not fit the field: {problems[0].message}")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gettext
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from handraise.core.schema.formats import FORMAT_CHECKER
+from handraise.core.schema.messages import ENGLISH, problem
 from handraise.core.schema.patterns import PatternError, pattern_cost, pattern_search
 from handraise.core.schema.shapes import is_approval, is_date_range
 from handraise.core.text import MAX_EXACT_INTEGER, text_problem
@@ -29,6 +32,8 @@ class FieldError:
 
     field: str
     message: str
+    # The keyword that failed (messages.PRIORITY ranks them); not part of the API's view.
+    keyword: str = dataclass_field(default="", compare=False)
 
     def to_json(self) -> dict[str, str]:
         return {"field": self.field, "message": self.message}
@@ -37,31 +42,34 @@ class FieldError:
 # --------------------------------------------------------------------------- validate_answer
 
 
-def validate_answer(schema: dict | None, value: object) -> list[FieldError]:
+def validate_answer(schema: dict | None, value: object, *,
+                    t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:
     """Check an answer against a checked schema; an empty list means valid.
 
-    Without a schema the answer is free text: a non-empty string.
+    Without a schema the answer is free text: a non-empty string. Messages are sentences
+    (core/schema/messages.py), in English unless ``t`` translates them.
     """
     if schema is None:
         if not isinstance(value, str):
-            return [FieldError("", "must be text")]
-        problem = text_problem(value, prose=True)
-        if problem:
-            return [FieldError("", problem)]
+            return [FieldError("", problem("type", {}, "string", t=t), "type")]
+        unreadable = text_problem(value, prose=True)
+        if unreadable:
+            return [FieldError("", problem(_text_keyword(unreadable), t=t), "type")]
         if not value.strip():
-            return [FieldError("", "must not be empty")]
+            return [FieldError("", problem("empty", t=t), "required")]
         return []
     try:
-        return schema_errors(schema, value)
+        return schema_errors(schema, value, t=t)
     except RecursionError:
-        return [FieldError("", "is nested too deeply")]
+        return [FieldError("", problem("too_deep", t=t), "type")]
 
 
-async def validate_answer_off_loop(schema: dict | None, value: object) -> list[FieldError]:
+async def validate_answer_off_loop(schema: dict | None, value: object, *,
+                                   t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:
     """``validate_answer`` for a server: an answer whose patterns would take noticeable time is checked off the loop."""
     if schema is not None and match_steps(schema, value) > OFF_LOOP_STEPS:
-        return await asyncio.to_thread(validate_answer, schema, value)
-    return validate_answer(schema, value)
+        return await asyncio.to_thread(validate_answer, schema, value, t=t)
+    return validate_answer(schema, value, t=t)
 
 
 def match_steps(schema: dict, value: object) -> int:
@@ -110,18 +118,18 @@ def _pattern(validator: Any, pattern: str, instance: object, schema: dict) -> It
 AnswerValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
 
 
-def schema_errors(schema: dict, value: object) -> list[FieldError]:
+def schema_errors(schema: dict, value: object, *, t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:
     validator = AnswerValidator(schema, format_checker=FORMAT_CHECKER)
     found: list[tuple[tuple[int, str], FieldError, bool]] = []
     unfit: dict[str, str] = {}
     bad_names: dict[str, str] = {}
     # NaN, integers past 2**53 and text with control characters or lone surrogates have no place
     # in an answer (jsonschema's multipleOf cannot even take NaN): each is reported here and
-    # validated as null, whose errors are then dropped.
+    # validated as null, whose errors are then dropped. The dicts hold messages.problem keywords.
     if _has_unfit(value):
         value = _without_unfit(value, "", unfit, bad_names)
-    for path, message in (unfit | bad_names).items():
-        found.append((_order(schema, path), FieldError(path, message), path in unfit))
+    for path, keyword in (unfit | bad_names).items():
+        found.append((_order(schema, path), FieldError(path, problem(keyword, t=t), keyword), path in unfit))
     seen_required: set[str] = set()
     for error in validator.iter_errors(value):
         path = ".".join(str(p) for p in error.absolute_path)
@@ -134,18 +142,23 @@ def schema_errors(schema: dict, value: object) -> list[FieldError]:
             for name in error.validator_value:
                 if name not in error.instance:
                     name_path = f"{path}.{name}" if path else name
-                    found.append((_order(schema, name_path), FieldError(name_path, "is required"), False))
+                    node = error.schema.get("properties", {}).get(name)
+                    found.append((_order(schema, name_path),
+                                  FieldError(name_path, problem("required", node, t=t), "required"), False))
             continue
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             known = error.schema.get("properties", {})
             for name in error.instance:
                 if name not in known:
                     name_path = f"{path}.{name}" if path else str(name)
-                    found.append((_order(schema, name_path), FieldError(name_path, "is not a field of this form"), False))
+                    found.append((_order(schema, name_path),
+                                  FieldError(name_path, problem("unknown_field", t=t), "unknown_field"), False))
             continue
-        found.append((_order(schema, path), FieldError(path, _message(error, schema)), error.validator == "type"))
+        found.append((_order(schema, path), FieldError(path, _message(error, schema, t), str(error.validator)),
+                      error.validator == "type"))
     found.extend(
-        (_order(schema, e.field), e, False) for e in _date_range_errors(schema, value, {f.field for _, f, _ in found})
+        (_order(schema, e.field), e, False)
+        for e in _date_range_errors(schema, value, {f.field for _, f, _ in found}, t)
     )
     # One complaint per field when its type is wrong: "must be a number" says it all.
     typed = {f.field for _, f, is_type in found if is_type}
@@ -174,14 +187,20 @@ def _order(schema: dict, path: str) -> tuple[int, str]:
 
 
 def _unfit(item: object) -> str | None:
-    """Why a JSON leaf cannot be an answer at all (no canonical form, or not text), or None."""
+    """Why a JSON leaf cannot be an answer at all (no canonical form, or not text): a messages keyword, or None."""
     if isinstance(item, str):
-        return text_problem(item, prose=True)
+        unreadable = text_problem(item, prose=True)
+        return _text_keyword(unreadable) if unreadable else None
     if isinstance(item, float):
-        return None if math.isfinite(item) else "must be a finite number"
+        return None if math.isfinite(item) else "not_finite"
     if isinstance(item, int) and not isinstance(item, bool) and not -MAX_EXACT_INTEGER <= item <= MAX_EXACT_INTEGER:
-        return f"is too large to be exact (at most {MAX_EXACT_INTEGER} either way)"
+        return "too_big"
     return None
+
+
+def _text_keyword(unreadable: str) -> str:
+    # core/text.py says why text is unfit; the person reads messages.py's sentence for it.
+    return "not_unicode" if "Unicode" in unreadable else "control_characters"
 
 
 def _has_unfit(value: object) -> bool:
@@ -201,27 +220,28 @@ def _has_unfit(value: object) -> bool:
 
 
 def _without_unfit(value: object, path: str, leaves: dict[str, str], names: dict[str, str]) -> object:
-    """``value`` with each unfit leaf as null (its problem in ``leaves``) and names that are not text dropped."""
+    """``value`` with each unfit leaf as null (its problem's keyword in ``leaves``) and names that are not text dropped."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             if isinstance(key, str) and text_problem(key, prose=False):
                 # Reported at the object: the name itself must not reach a message or the journal.
-                names[path] = "has a field name that is not plain text"
+                names[path] = "bad_name"
                 continue
             out[key] = _without_unfit(item, f"{path}.{key}" if path else str(key), leaves, names)
         return out
     if isinstance(value, list):
         return [_without_unfit(item, f"{path}.{index}" if path else str(index), leaves, names)
                 for index, item in enumerate(value)]
-    problem = _unfit(value)
-    if problem:
-        leaves[path] = problem
+    keyword = _unfit(value)
+    if keyword:
+        leaves[path] = keyword
         return None
     return value
 
 
-def _date_range_errors(schema: dict, value: object, failed: set[str]) -> list[FieldError]:
+def _date_range_errors(schema: dict, value: object, failed: set[str],
+                       t: gettext.NullTranslations) -> list[FieldError]:
     if not isinstance(value, dict) or schema.get("type") != "object":
         return []
     errors = []
@@ -236,73 +256,17 @@ def _date_range_errors(schema: dict, value: object, failed: set[str]) -> list[Fi
         except ValueError:
             continue
         if start > end:
-            errors.append(FieldError(name, "the start date must not be after the end date"))
+            errors.append(FieldError(name, problem("date_order", sub, t=t), "date_order"))
     return errors
-
-
-_TYPE_MESSAGES = {
-    "string": "must be text",
-    "integer": "must be a whole number",
-    "number": "must be a number",
-    "boolean": "must be yes or no",
-    "object": "must be a set of fields",
-    "array": "must be a list of choices",
-}
-_FORMAT_MESSAGES = {
-    "date": "is not a valid date (YYYY-MM-DD)",
-    "time": "is not a valid time (HH:MM or HH:MM:SS)",
-    "date-time": "is not a valid date and time (YYYY-MM-DDTHH:MM:SS with a zone, e.g. 2026-01-02T14:30:00Z)",
-    "email": "is not a valid email address",
-    "uri": "is not a valid URL (e.g. https://example.com/page)",
-}
 
 
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def number_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _message(error: ValidationError, root: dict) -> str:
+def _message(error: ValidationError, root: dict, t: gettext.NullTranslations) -> str:
+    """The sentence for one of jsonschema's errors (core/schema/messages.py words every one)."""
     keyword, expected, sub = error.validator, error.validator_value, error.schema
-    if keyword == "type":
-        if not error.absolute_path and is_approval(root):
-            return "must be approve or reject (optionally with a reason)"
-        if isinstance(sub, dict) and is_date_range(sub):
-            return "must be two dates: a start and an end"
-        return _TYPE_MESSAGES.get(expected, "has the wrong type")
-    if keyword == "enum":
-        return "must be one of: " + ", ".join(str(choice) for choice in expected)
-    if keyword == "minLength":
-        return "must not be empty" if expected == 1 else f"must be at least {plural(expected, 'character')}"
-    if keyword == "maxLength":
-        return f"must be at most {plural(expected, 'character')}"
-    if keyword == "pattern":
-        return f"must match the pattern {expected}"
-    if keyword == "pattern_unsupported":
-        return error.message
-    if keyword == "format":
-        return _FORMAT_MESSAGES.get(expected, f"is not a valid {expected}")
-    if keyword == "minimum":
-        return f"must be at least {number_text(expected)}"
-    if keyword == "maximum":
-        return f"must be at most {number_text(expected)}"
-    if keyword == "exclusiveMinimum":
-        return f"must be greater than {number_text(expected)}"
-    if keyword == "exclusiveMaximum":
-        return f"must be less than {number_text(expected)}"
-    if keyword == "multipleOf":
-        return f"must be a multiple of {number_text(expected)}"
-    if keyword in ("minItems", "maxItems") and isinstance(sub, dict) and is_date_range(sub):
-        return "must be two dates: a start and an end"
-    if keyword == "minItems":
-        return "choose at least one" if expected == 1 else f"choose at least {expected}"
-    if keyword == "maxItems":
-        return f"choose at most {expected}"
-    if keyword == "uniqueItems":
-        return "must not repeat a choice"
-    return "is not valid"
+    if keyword == "type" and not error.absolute_path and is_approval(root):
+        return problem("approval", t=t)
+    return problem(str(keyword), sub if isinstance(sub, dict) else {}, expected, t=t)

@@ -241,13 +241,13 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         errors = notice["content"]["body"]
         assert errors.startswith("That answer is not valid:")
         assert "- colour: unknown field" in errors
-        assert "- port: must be at most 65535" in errors
-        assert "- env: must be one of: canary, stable" in errors
-        assert "<li>port: must be at most 65535</li>" in notice["content"]["formatted_body"]
+        assert "- port: Enter a whole number from 1 to 65535." in errors
+        assert "- env: Choose one of: canary, stable." in errors
+        assert "<li>port: Enter a whole number from 1 to 65535.</li>" in notice["content"]["formatted_body"]
         # Core's own validation (no unreadable lines) answers the same way.
         bad_again = await human.in_thread(room, card["event_id"], "port: 0\nenv: stable")
         notice = await human.expect(room, is_notice_to(bad_again, bot), what="the second error list")
-        assert "- port: must be at least 1" in notice["content"]["body"]
+        assert "- port: Enter a whole number from 1 to 65535." in notice["content"]["body"]
 
         # A stranger: a short notice, nothing changes.
         stranger_id = await stranger.reply(room, card, "port: 443\nenv: stable")

@@ -228,10 +228,10 @@ async def test_modal_from_the_schema_errors_on_their_blocks_then_success(
         status, body = await post_signed(api, bad)
         assert status == 200
         assert body == {"response_action": "errors", "errors": {
-            "name": "is required",
-            "count": "must be at most 10",
-            "trip": "the start date must not be after the end date",
-            "email": "is not a valid email address",
+            "name": "Enter an answer.",
+            "count": "Enter a whole number from 1 to 10.",
+            "trip": "Put the start date on or before the end date.",
+            "email": "Enter an email address like name@example.com.",
         }}
         _, pending = await api.call("GET", f"/v1/requests/{req['id']}")
         assert pending["status"] == "pending"
@@ -288,7 +288,7 @@ async def test_approval_modal_takes_a_reason(sqlite_url: str, fake: FakeSlack) -
 
         missing = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={"reason": text_value("why")})
         assert (await post_signed(api, missing))[1] == {"response_action": "errors",
-                                                        "errors": {"decision": "is required"}}
+                                                        "errors": {"decision": "Choose an answer."}}
         good = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={
             "decision": option_value(0), "reason": text_value("tests are green")})
         assert await post_signed(api, good) == (200, "")
@@ -307,7 +307,7 @@ async def test_free_text_modal(sqlite_url: str, fake: FakeSlack) -> None:
         assert block["block_id"] == "answer" and block["element"]["multiline"] is True
         empty = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={})
         assert (await post_signed(api, empty))[1] == {"response_action": "errors",
-                                                      "errors": {"answer": "must not be empty"}}
+                                                      "errors": {"answer": "Enter an answer."}}
         good = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={"answer": text_value("Aurora")})
         assert await post_signed(api, good) == (200, "")
         assert (await api.wait(req["id"]))["response"] == "Aurora"
@@ -538,7 +538,7 @@ async def test_thread_replies_answer_as_typed_text(sqlite_url: str, fake: FakeSl
         assert (await post_event(api, reply_event(message, "11"), team_id=TEAM))[0] == 200
         calls = await wait_for_count(fake, "chat.postEphemeral", 1)
         assert calls[0]["user"] == ALICE and calls[0]["thread_ts"] == message["ts"]
-        assert calls[0]["text"] == "That answer is not valid:\n• must be at most 10"
+        assert calls[0]["text"] == "That answer is not valid:\n• Enter a whole number from 1 to 10."
         assert (await post_event(api, reply_event(message, "7", user=MALLORY), team_id=TEAM))[0] == 200
         await wait_for_count(fake, "chat.postEphemeral", 2)
         assert ephemerals_for(fake, MALLORY) == ["You are not authorized to answer this."]
@@ -673,7 +673,7 @@ async def test_socket_mode_end_to_end(sqlite_url: str, fake: FakeSlack) -> None:
         view = (await fake.wait_for_call("views.open")).response["view"]
         missing = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={})
         ack = await fake.socket_send_interactive(missing)
-        assert ack["payload"] == {"response_action": "errors", "errors": {"decision": "is required"}}
+        assert ack["payload"] == {"response_action": "errors", "errors": {"decision": "Choose an answer."}}
         good = fake.make_view_submission(user_id=ALICE, view_id=view["id"], values={"decision": option_value(1)})
         ack = await fake.socket_send_interactive(good)
         assert "errors" not in ack.get("payload", {})

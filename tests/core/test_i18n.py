@@ -116,3 +116,17 @@ def test_a_page_speaks_the_chosen_language(german: Catalogue) -> None:
     assert 'lang="en"' in en and "Send answer" in en and "At most 5 characters" in en
     # A sentence nobody translated stays English.
     assert "Time left:" in de
+
+
+def test_validation_messages_and_the_scripts_checks_speak_the_page_language(german: Catalogue, tmp_path: Path) -> None:
+    po = tmp_path / "de" / "LC_MESSAGES" / "handraise.po"
+    po.write_text(po.read_text(encoding="utf-8") + '\nmsgid "Enter an answer."\nmsgstr "Bitte eine Antwort eingeben."\n',
+                  encoding="utf-8")
+    catalogue = Catalogue(tmp_path)
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    german_t = catalogue.translations("de")
+    views = field_views(form_specs(schema, sensitive=False), schema=schema, translations=german_t)
+    assert views[0].data_attrs["data-msg-required"] == "Bitte eine Antwort eingeben."
+    from handraise.core.schema import validate_answer
+
+    assert validate_answer(schema, {}, t=german_t)[0].message == "Bitte eine Antwort eingeben."

@@ -48,7 +48,7 @@ def test_hostile_patterns_are_accepted_and_match_in_linear_time(pattern: str, an
     started = time.perf_counter()
     errors = validate_answer(schema, answer)
     assert time.perf_counter() - started < 0.5
-    assert [e.message for e in errors] == [f"must match the pattern {pattern}"]
+    assert [e.message for e in errors] == ["This doesn't have the expected format."]
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ async def test_hostile_api_answers_do_not_stall_other_requests(web: Api) -> None
     assert slowest < STALL_LIMIT
     for (status, body), (pattern, _) in zip(results, HOSTILE, strict=True):
         assert status == 422 and body["error"] == "invalid_answer"
-        assert body["details"]["fields"] == [{"field": "", "message": f"must match the pattern {pattern}"}]
+        assert body["details"]["fields"] == [{"field": "", "message": "This doesn't have the expected format."}]
     # A matching answer still goes through.
     ok = await _ask(web, {"type": "string", "pattern": HOSTILE[0][0]})
     assert (await web.submit(ok["unique_id"], "hello world"))[0] == 200
@@ -194,7 +194,7 @@ async def test_hostile_form_answers_do_not_stall_other_requests(web: Api) -> Non
     results, slowest = await _served_while(web, post_all())
     assert slowest < STALL_LIMIT
     for status, html in results:
-        assert status == 422 and "must match the pattern" in html
+        assert status == 422 and "have the expected format" in html
 
 
 async def test_a_hostile_default_does_not_stall_create(web: Api) -> None:
@@ -209,7 +209,7 @@ async def test_a_hostile_default_does_not_stall_create(web: Api) -> None:
     assert slowest < STALL_LIMIT
     for status, body in results:
         assert status == 422 and body["error"] == "invalid_schema"
-        assert body["message"].startswith("schema: default must match the pattern")
+        assert body["message"].startswith("schema: default does not fit the field: This doesn't have the expected format")
 
 
 async def test_hostile_chat_replies_do_not_stall_other_requests(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ async def test_hostile_chat_replies_do_not_stall_other_requests(tmp_path: Path) 
         async def reply_all() -> None:
             # A Telegram message holds at most 4096 characters.
             actions = [await driver.reply(posted, answer[-4000:]) for posted, _, answer in asked]
-            await asyncio.gather(*(driver.bot_reply(action, containing="pattern") for action in actions))
+            await asyncio.gather(*(driver.bot_reply(action, containing="expected format") for action in actions))
 
         _, slowest = await _served_while(api, reply_all())
         assert slowest < STALL_LIMIT

@@ -48,6 +48,12 @@ class Hosted:
         assert url.startswith(PUBLIC_URL)
         return self.base + url[len(PUBLIC_URL):]
 
+    async def get(self, request_id: str) -> dict[str, Any]:
+        async with self.http.get(f"{self.base}/v1/requests/{request_id}",
+                                 headers={"Authorization": f"Bearer {AGENT_KEY}"}) as resp:
+            assert resp.status == 200
+            return await resp.json()
+
     async def wait(self, request_id: str, timeout: float = 10) -> dict[str, Any]:
         async with self.http.get(f"{self.base}/v1/requests/{request_id}/wait", params={"timeout": str(timeout)},
                                  headers={"Authorization": f"Bearer {AGENT_KEY}"}) as resp:

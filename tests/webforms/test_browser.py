@@ -81,32 +81,41 @@ async def test_every_field_type_invalid_then_valid_and_the_agent_gets_the_typed_
             assert await page.text_content("[data-tz-hint]") == "Your local time (Europe/Berlin)"
             await screenshot(page, "webform-every-field")
 
-            # Chromium accepts "ann@localhost" and lets reversed dates through; core's validator does not.
+            # Chromium accepts "ann@localhost" and lets reversed dates through; the page's script, like
+            # core's validator, does not: the problems show before anything is sent, in the server's words.
             await fill_every_field(page, email="ann@localhost", trip=("2026-05-09", "2026-05-01"))
-            assert await submit(page) == 422
+            url = page.url
+            await page.click("button[type=submit]")
+            await expect_text(page, "#errors", "2 answers need a change")
+            assert page.url == url and (await app.get(request["id"]))["status"] == "pending"
             assert await page.get_attribute('input[name="email"]', "aria-invalid") == "true"
             email_error = await page.text_content('[data-field="email"] .error')
-            assert email_error == "is not a valid email address"
+            assert email_error == "Enter an email address like name@example.com."
             assert await page.text_content('[data-field="trip"] .error') == (
-                "the start date must not be after the end date")
-            assert await page.is_visible("#errors")
-            # What the human typed is still there, except the masked PIN.
+                "Put the start date on or before the end date.")
+            assert await page.locator("#errors li").all_text_contents() == [
+                "Trip: Put the start date on or before the end date.",
+                "Email: Enter an email address like name@example.com."]
+            # Nothing the human typed is lost.
             assert await page.input_value('input[name="name"]') == "Ann"
             assert await page.input_value('textarea[name="notes"]') == "line one\nline two"
             assert await page.is_checked('input[name="tags"][value="z"]')
             assert await page.input_value('select[name="country"]') == "pt"
             assert await page.input_value('input[name="when"]') == "2026-01-02T14:30"
-            assert await page.input_value('input[name="pin"]') == ""
             # The first invalid field has the focus.
             assert await page.evaluate(
                 "document.activeElement === document.querySelector('[aria-invalid=true]')")
-            assert await page.evaluate("document.activeElement.name") in ("email", "trip")
+            assert await page.evaluate("document.activeElement.name") == "trip"
             await screenshot(page, "webform-every-field-invalid")
 
+            # Fixing a field clears its message as the person types.
+            await page.fill('input[name="email"]', "ann@example.com")
+            assert await page.locator('[data-field="email"] .error').count() == 0
+            assert await page.locator("#errors li").all_text_contents() == [
+                "Trip: Put the start date on or before the end date."]
             await page.fill('input[name="email"]', "ann@example.com")
             await page.locator('input[name="trip"]').nth(0).fill("2026-05-01")
             await page.locator('input[name="trip"]').nth(1).fill("2026-05-09")
-            await page.fill('input[name="pin"]', "0000-9")
             assert await submit(page) == 200
             assert "You can close this tab" in await page.text_content("main")
             await screenshot(page, "webform-confirmation")
@@ -149,9 +158,11 @@ async def test_a_sensitive_answer_is_typed_masked_and_never_shown(page: Any, tmp
         assert await control.get_attribute("autocomplete") == "one-time-code"
         assert await control.get_attribute("inputmode") == "numeric"
         await control.fill("12345x")
-        # The browser's own pattern check stops this one before it is sent.
+        # The page's script stops this one before it is sent, in the server's words.
         await page.click("button[type=submit]")
         assert await page.evaluate("document.querySelector('input[name=answer]').validity.patternMismatch")
+        await expect_text(page, "#errors", "Code: Enter the 6-digit code.")
+        assert "12345x" not in await page.text_content("main")
         await control.fill("424242")
         await screenshot(page, "webform-sensitive")
         assert await submit(page) == 200
@@ -266,3 +277,121 @@ async def test_a_second_click_while_sending_sends_nothing_more(page: Any, tmp_pa
         await expect_text(page, "main", "Thank you, your answer was sent")
         assert posts == [url]
         assert (await app.wait(request["id"]))["response"] == "once"
+
+
+# --------------------------------------------------------------------------- the script checks as the server does
+
+EVERY_PROBLEM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 3, "maxLength": 10},
+        "ticket": {"type": "string", "title": "Ticket", "pattern": "^[A-Z]{2}-[0-9]{3}$",
+                   "errorMessage": "Use the ticket's id, like AB-123."},
+        "office": {"type": "string", "title": "Office", "pattern": "^[a-z]+$", "description": "Lower-case letters"},
+        "code": {"type": "string", "title": "Code", "pattern": "^[0-9]{6}$"},
+        "guests": {"type": "integer", "title": "Guests", "minimum": 1, "maximum": 40},
+        "budget": {"type": "number", "title": "Budget", "exclusiveMinimum": 0, "multipleOf": 0.5},
+        "size": {"type": "string", "title": "Size", "oneOf": [{"const": "s", "title": "Small"},
+                                                              {"const": "l", "title": "Large"}]},
+        "tags": {"type": "array", "title": "Tags", "minItems": 2,
+                 "items": {"type": "string", "anyOf": [{"const": "x", "title": "Ex"}, {"const": "y", "title": "Why"},
+                                                       {"const": "z", "title": "Zed"}]}},
+        "trip": {"type": "array", "title": "Trip", "items": {"type": "string", "format": "date"},
+                 "minItems": 2, "maxItems": 2},
+        "email": {"type": "string", "format": "email", "title": "Email"},
+        "site": {"type": "string", "format": "uri", "title": "Website"},
+        "sure": {"type": "boolean", "title": "Sure?"},
+        "notes": {"type": "string", "title": "Notes", "maxLength": 1000},
+    },
+    "required": ["name", "size", "sure", "notes", "tags"],
+}
+
+
+async def fill_every_problem(page: Any) -> None:
+    await page.fill('input[name="name"]', "Al")
+    await page.fill('input[name="ticket"]', "ab-12")
+    await page.fill('input[name="office"]', "Berlin")
+    await page.fill('input[name="code"]', "12 34")
+    await page.fill('input[name="guests"]', "0")
+    await page.fill('input[name="budget"]', "1.25")
+    await page.check('input[name="tags"][value="y"]')
+    await page.locator('input[name="trip"]').nth(0).fill("2026-05-09")
+    await page.fill('input[name="email"]', "ann@localhost")
+    await page.fill('input[name="site"]', "example.com")
+
+
+async def shown_problems(page: Any) -> dict[str, Any]:
+    """What the person reads: the summary, each field's message, which controls are marked invalid."""
+    return {
+        "heading": (await page.text_content("#errors h2") or "").strip(),
+        "summary": await page.locator("#errors li").all_text_contents(),
+        "fields": await page.locator(".field .error").all_text_contents(),
+        "invalid": [await e.get_attribute("name") for e in await page.locator("[aria-invalid=true]").all()],
+    }
+
+
+async def test_the_script_shows_exactly_what_the_server_shows(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    scripted = await browser.new_context()
+    plain = await browser.new_context(java_script_enabled=False)
+    try:
+        async with hosted(tmp_path) as app:
+            request = await app.ask(EVERY_PROBLEM)
+            url = await app.link(request["id"])
+            by_script = await scripted.new_page()
+            await by_script.goto(url)
+            await fill_every_problem(by_script)
+            await by_script.click("button[type=submit]")
+            await expect_text(by_script, "#errors h2", "answers need a change")
+            assert (await app.get(request["id"]))["status"] == "pending"
+
+            by_server = await plain.new_page()
+            await by_server.goto(url)
+            await fill_every_problem(by_server)
+            # Without the script the browser's own checks would stop some of these one bubble at a time;
+            # the test lets them all through to the server (page scripts stay off).
+            await by_server.evaluate("document.querySelector('form').noValidate = true")
+            status = await submit(by_server)
+            script_view, server_view = await shown_problems(by_script), await shown_problems(by_server)
+            assert status == 422
+            assert script_view == server_view
+            assert script_view["summary"] == [
+                "Name: Use at least 3 characters.",
+                "Ticket: Use the ticket's id, like AB-123.",
+                "Office: This doesn't have the expected format: Lower-case letters",
+                "Code: Enter the 6-digit code.",
+                "Guests: Enter a whole number from 1 to 40.",
+                "Budget: Enter a multiple of 0.5.",
+                "Size: Choose an answer.",
+                "Tags: Choose at least 2.",
+                "Trip: Enter two dates: a start and an end.",
+                "Email: Enter an email address like name@example.com.",
+                "Website: Enter a web address like https://example.com/page.",
+                "Sure?: Choose an answer.",
+                "Notes: Enter an answer.",
+            ]
+            assert script_view["heading"] == "13 answers need a change"
+    finally:
+        await scripted.close()
+        await plain.close()
+
+
+async def test_a_field_is_checked_when_left_not_before(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    async with hosted(tmp_path) as app:
+        request = await app.ask({"type": "object", "properties": {
+            "name": {"type": "string", "minLength": 3, "title": "Name"},
+            "age": {"type": "integer", "minimum": 18, "title": "Age"}}, "required": ["name", "age"]})
+        await page.goto(await app.link(request["id"]))
+        # Passing through an empty field blames nobody.
+        await page.focus('input[name="name"]')
+        await page.focus('input[name="age"]')
+        assert await page.locator(".error").count() == 0
+        await page.fill('input[name="name"]', "Al")
+        await page.focus('input[name="age"]')
+        await expect_text(page, '[data-field="name"] .error', "Use at least 3 characters.")
+        assert await page.get_attribute('input[name="name"]', "aria-invalid") == "true"
+        assert "f0-error" in (await page.get_attribute('input[name="name"]', "aria-describedby")).split()
+        # The summary waits for a send.
+        assert await page.is_hidden("#errors")
+        await page.fill('input[name="name"]', "Alice")
+        assert await page.locator('[data-field="name"] .error').count() == 0
+        assert await page.get_attribute('input[name="name"]', "aria-invalid") is None

@@ -317,9 +317,9 @@ async def test_a_wrong_type_is_422_naming_the_field_and_the_link_stays_usable(we
     assert count.get("aria-invalid") == "true" and count.get("value") == "seven"
     count_box = field_container(elements, "count")
     assert [p.text for p in within(elements, count_box, "p") if "error" in (p.get("class") or "")] == [
-        "must be a whole number"]
-    assert "Count: must be a whole number" in page.text
-    assert "Email: is not a valid email address" in page.text
+        "Enter a whole number."]
+    assert "Count: Enter a whole number." in page.text
+    assert "Email: Enter an email address like name@example.com." in page.text
     # The human's values are kept, a masked one is not.
     assert one(elements, "input", name="name").get("value") == "Ann"
     assert [b.has("checked") for b in find(elements, "input", name="tags")] == [True, False, True]
@@ -342,7 +342,7 @@ async def test_an_empty_one_value_answer_is_422_and_journaled(web: Api) -> None:
     assert page.status == 422
     area = one(page.html, "textarea", name=ROOT_NAME)
     assert area.get("aria-invalid") == "true"
-    assert by_id(page.html, f"{area.get('id')}-error").text == "is required"
+    assert by_id(page.html, f"{area.get('id')}-error").text == "Enter an answer."
     events = [e["event"] for e in await journal(web, request["id"])]
     assert events[-1] == "invalid_attempt"
     assert (await post(web, path, [(ROOT_NAME, "fine")])).status == 200
@@ -365,7 +365,7 @@ async def test_an_approval_without_a_decision_is_422(web: Api) -> None:
     path = await mint(web, request["id"])
     page = await post(web, path, [("reason", "hm")])
     assert page.status == 422
-    assert "Decision: is required" in page.text
+    assert "Decision: Choose an answer." in page.text
     assert one(page.html, "textarea", name="reason").text == "hm"
 
 

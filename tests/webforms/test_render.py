@@ -34,7 +34,7 @@ def render(schema: dict | None, *, kind: str = "input", sensitive: bool = False,
     specs = form_specs(effective, sensitive=sensitive)
     by_field, general = split_errors(specs, [FieldError(f, m) for f, m in errors])
     views = field_views(specs, posted=posted, errors=by_field, keep_values=not sensitive,
-                        approval=kind == "approval")
+                        approval=kind == "approval", schema=effective)
     return PAGES.form(FormPage(
         question=question, tenant_name="Acme Corp", asker_name="Deploy bot", recipient=recipient,
         seconds_left=299.2, expires_at=1_800_000_000, fields=views, general_errors=general, csrf="csrf-token-value",
@@ -491,14 +491,14 @@ def test_missing_required_fields_are_left_to_the_validator() -> None:
     parsed = parse_posted(EVERYTHING, [("name", "   ")])
     assert parsed.errors == []
     problems = validate_answer(check_schema(EVERYTHING), parsed.value)
-    assert [(e.field, e.message) for e in problems] == [("name", "is required"), ("sure", "is required")]
+    assert [(e.field, e.message) for e in problems] == [("name", "Enter an answer."), ("sure", "Choose an answer.")]
 
 
 def test_a_value_of_the_wrong_type_fails_validation_naming_the_field() -> None:
     parsed = parse_posted(EVERYTHING, [("name", "Ann"), ("sure", "true"), ("count", "seven")])
     assert parsed.value["count"] == "seven"
     problems = validate_answer(check_schema(EVERYTHING), parsed.value)
-    assert [(e.field, e.message) for e in problems] == [("count", "must be a whole number")]
+    assert [(e.field, e.message) for e in problems] == [("count", "Enter a whole number.")]
 
 
 def test_only_one_date_of_a_range_is_reported_as_not_a_range() -> None:
@@ -538,7 +538,7 @@ def test_required_multi_select_with_nothing_ticked_is_an_empty_list() -> None:
                        "_required": True})
     parsed = parse_posted(schema, [])
     assert parsed.value == {"tags": []}
-    assert [e.message for e in validate_answer(check_schema(schema), parsed.value)] == ["choose at least one"]
+    assert [e.message for e in validate_answer(check_schema(schema), parsed.value)] == ["Choose at least one."]
 
 
 def test_a_field_posted_twice_counts_once() -> None:
@@ -571,7 +571,7 @@ def test_primitive_answers(schema: dict | None, kind: str, posted: str, value: A
 def test_an_empty_primitive_answer_is_required(pairs: list[tuple[str, str]]) -> None:
     parsed = parse_posted({"type": "string"}, pairs)
     assert parsed.value is None
-    assert parsed.errors == [FieldError("", "is required")]
+    assert parsed.errors == [FieldError("", "Enter an answer.")]
 
 
 def test_a_secret_is_taken_exactly_as_typed() -> None:
@@ -589,3 +589,55 @@ def test_file_uploads_are_ignored() -> None:
     parsed = parse_form(form_specs(check_schema(obj(a={"type": "string"})), sensitive=False),
                         MultiDict([("a", Upload())]))
     assert parsed.value == {}
+
+
+# --------------------------------------------------------------------------- labelled choices and the script's checks
+
+LABELLED = {"type": "string", "title": "Office",
+            "oneOf": [{"const": "ber", "title": "Berlin"}, {"const": "lis", "title": "Lisbon"}]}
+
+
+def test_labelled_choices_show_titles_and_post_values() -> None:
+    html = render(obj(city=dict(LABELLED), many={"type": "array", "items": {
+        "type": "string", "anyOf": [{"const": f"v{i}", "title": f"Label {i}"} for i in range(3)]}},
+        long={"type": "string", "oneOf": [{"const": f"c{i}", "title": f"Choice {i}"} for i in range(RADIO_MAX + 1)]}))
+    elements = parse(html)
+    radios = find(elements, "input", name="city")
+    assert [r.get("value") for r in radios] == ["ber", "lis"]
+    assert [r.inside("label").text.strip() for r in radios] == ["Berlin", "Lisbon"]
+    assert [b.get("value") for b in find(elements, "input", name="many")] == ["v0", "v1", "v2"]
+    assert "Label 1" in visible_text(html)
+    options = find(elements, "option")
+    assert ("c3", "Choice 3") in [(o.get("value"), o.text) for o in options]
+    specs = form_specs(check_schema(obj(city=dict(LABELLED))), sensitive=False)
+    assert parse_form(specs, MultiDict([("city", "lis")])).value == {"city": "lis"}
+
+
+def test_each_field_carries_the_servers_sentences_for_the_script() -> None:
+    schema = check_schema(obj(
+        guests={"type": "integer", "minimum": 1, "maximum": 40, "_required": True},
+        code={"type": "string", "pattern": "^[0-9]{6}$"},
+        email={"type": "string", "format": "email"},
+        tags={"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "minItems": 2},
+    ))
+    views = {v.name: v for v in field_views(form_specs(schema, sensitive=False), schema=schema)}
+    guests = views["guests"].data_attrs
+    assert guests["data-kind"] == "integer" and guests["data-minimum"] == "1" and guests["data-maximum"] == "40"
+    assert guests["data-msg-minimum"] == "Enter a whole number from 1 to 40." == guests["data-msg-maximum"]
+    assert guests["data-msg-required"] == "Enter an answer." and guests["data-msg-type"] == "Enter a whole number."
+    assert views["code"].data_attrs["data-msg-pattern"] == "Enter the 6-digit code."
+    assert views["email"].data_attrs["data-msg-format"] == "Enter an email address like name@example.com."
+    assert views["tags"].data_attrs["data-msg-minitems"] == "Choose at least 2."
+    html = render(schema)
+    box = field_container(parse(html), "guests")
+    assert box.get("data-msg-minimum") == "Enter a whole number from 1 to 40." and box.get("data-label") == "Guests"
+    # The summary is in the page, hidden, for the script to fill with the server's headings.
+    summary = by_id(html, "errors")
+    assert summary.has("hidden") and "2 answers need a change" in summary.get("data-headings")
+
+
+def test_a_field_with_several_problems_shows_the_first_by_priority() -> None:
+    specs = form_specs(check_schema(obj(n={"type": "integer", "minimum": 5, "multipleOf": 2})), sensitive=False)
+    errors = [FieldError("n", "Enter a multiple of 2.", "multipleOf"),
+              FieldError("n", "Enter a whole number of at least 5.", "minimum")]
+    assert split_errors(specs, errors) == ({"n": ["Enter a whole number of at least 5."]}, [])

@@ -328,7 +328,7 @@ class Inbox:
             by_field, general = split_errors(specs, errors or [])
             fields = field_views(specs, posted=posted, errors=by_field, keep_values=not view.sensitive,
                                  approval=view.kind == "approval",
-                                 translations=self.forms.pages.translations(locale))
+                                 translations=self.forms.pages.translations(locale), schema=view.schema)
             form = FormPage(question=view.message_for_user, fields=fields,
                             csrf=csrf_for(await self.service.server_secret(), session.id),
                             seconds_left=view.expires_at - self.service.clock(), expires_at=view.expires_at,
