@@ -184,9 +184,11 @@ def value_text(value: Any, spec: FieldSpec | None = None) -> str:
     """A typed value as a person reads it: yes/no, comma-separated lists, dates as given."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if spec is not None and spec.choices and isinstance(value, str):
+        return spec.choice_title(value)  # a labelled choice reads as its title
     if isinstance(value, list):
         joiner = " to " if spec is not None and spec.widget == "date_range" else ", "
-        return joiner.join(value_text(v) for v in value)
+        return joiner.join(value_text(v, spec if spec is not None and spec.choices else None) for v in value)
     if isinstance(value, dict):
         return "; ".join(f"{k}: {value_text(v)}" for k, v in value.items())
     if isinstance(value, float) and value.is_integer():

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 from harness.a11y import assert_no_serious_violations
+from harness.browser import screenshot
 from harness.fixtures import browser  # noqa: F401  (registers the fixture)
 from harness.visual import compare_screens
 
@@ -124,14 +125,27 @@ async def test_receipts_and_dead_links_have_no_serious_accessibility_violation(p
         url = await app.link(request["id"])
         await page.goto(url)
         await page.check('input[name="city"][value="lisbon"]')
+        await page.check('input[name="extras"][value="monitor"]')
         assert await submit(page) == 200
         for scheme in ("light", "dark"):
             await page.emulate_media(color_scheme=scheme)
             await assert_no_serious_violations(page)
+        await page.emulate_media(color_scheme="light")
+        # The recap reads as the form did: labels, not the values the agent gets.
+        assert await page.locator("dd").all_text_contents() == ["Lisbon", "A second monitor"]
+        assert (await app.wait(request["id"]))["response"] == {"city": "lisbon", "extras": ["monitor"]}
+        await screenshot(page, "receipt-choice")
         await page.goto(url)
         assert "This link was used already" in await page.text_content("main")
         await assert_no_serious_violations(page)
-        await page.emulate_media(color_scheme="light")
+        await screenshot(page, "link-used")
+        rejected = await app.ask(kind="approval", message_for_user="Ship it?")
+        await page.goto(await app.link(rejected["id"]))
+        await page.fill('textarea[name="reason"]', "The load test is still red")
+        assert await submit(page, 'button[value="reject"]') == 200
+        assert (await page.text_content("h1")).strip() == "Rejected: The load test is still red"
+        await assert_no_serious_violations(page)
+        await screenshot(page, "receipt-rejected")
 
 
 # --------------------------------------------------------------------------- the keyboard alone
