@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from handraise.core.models import StateRow
@@ -14,15 +16,21 @@ state_t = StateRow.__table__
 
 GET_STATE = select(state_t.c.value).where(state_t.c.namespace == bindparam("namespace"),
                                           state_t.c.key == bindparam("key"))
-_UPDATE_STATE = update(state_t).where(state_t.c.namespace == bindparam("w_namespace"),
-                                      state_t.c.key == bindparam("w_key"))
-_INSERT_STATE = insert(state_t)
+
+
+def _upsert(make: Any) -> Any:
+    # One statement: two writers of a new key (two instances) cannot both miss an UPDATE and then
+    # collide on INSERT; the later one's value stands.
+    stmt = make(state_t)
+    return stmt.on_conflict_do_update(index_elements=[state_t.c.namespace, state_t.c.key],
+                                      set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at})
+
+
+_PUT_STATE = {"postgresql": _upsert(pg_insert), "sqlite": _upsert(sqlite_insert)}
 
 
 def put_state(c: Connection, namespace: str, key: str, value: str, now: float) -> None:
-    params = {"value": value, "updated_at": now, "w_namespace": namespace, "w_key": key}
-    if c.execute(_UPDATE_STATE, params).rowcount == 0:
-        c.execute(_INSERT_STATE, {"namespace": namespace, "key": key, "value": value, "updated_at": now})
+    c.execute(_PUT_STATE[c.dialect.name], {"namespace": namespace, "key": key, "value": value, "updated_at": now})
 
 
 def set_state_if_absent(c: Connection, insert_stmt: Any, namespace: str, key: str, value: str) -> str:

@@ -120,3 +120,21 @@ def test_only_the_store_imports_sqlalchemy() -> None:
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 offenders += [f"{rel}: {n}" for n in names if n.split(".")[0] in ("sqlalchemy", "sqlmodel")]
     assert offenders == []
+
+
+async def test_two_stores_setting_one_new_key_at_once_both_succeed(storage_url: str) -> None:
+    # Two instances on one database write a key neither has seen: an update-then-insert lets both
+    # miss the update and one insert fail; an upsert stores one value and raises nothing.
+    a, b = Store(url=storage_url, secret=SECRET), Store(url=storage_url, secret=SECRET)
+    await a.open()
+    await b.open()
+    try:
+        for round_ in range(5):
+            key = f"k{round_}"
+            await asyncio.gather(*(s.set_state("ns", key, f"{i}") for i in range(20) for s in (a, b)))
+            assert await a.get_state("ns", key) in {str(i) for i in range(20)}
+        await a.set_state("ns", "k0", "last")
+        assert await b.get_state("ns", "k0") == "last"
+    finally:
+        await a.close()
+        await b.close()
