@@ -57,7 +57,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     classes = load_enabled(settings) if connector_classes is None else connector_classes
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
     instance_id = instance_id or secrets.token_hex(6)
-    store = Store(url=settings.storage.url, secret=_server_secret(settings))
+    store = Store(url=settings.storage.url, secret=_server_secret(settings), pool_size=settings.storage.pool_size,
+                  instance_id=instance_id)
     bus = EventBus(instance_id=instance_id)
     service = RequestService(settings=settings, store=store, bus=bus)
     http = ClientSession(timeout=ClientTimeout(total=30))
@@ -136,7 +137,8 @@ def _server_secret(settings: Settings) -> ServerSecret:
 
 async def open_store(settings: Settings, store: Store | None = None) -> Store:
     """Open (and migrate) the store, or raise UnavailableError in one line naming storage.url and the fix."""
-    store = store or Store(url=settings.storage.url, secret=_server_secret(settings))
+    store = store or Store(url=settings.storage.url, secret=_server_secret(settings),
+                           pool_size=settings.storage.pool_size)
     where, shown = _storage_names(settings)
     try:
         if store.is_postgres:

@@ -96,6 +96,9 @@ class ServerSettings(_Section):
 class StorageSettings(_Section):
     # Default: handraise.db in the user's data folder (``data_dir()``), whatever the working folder.
     url: str = Field(default_factory=default_storage_url)
+    # PostgreSQL: connections in each of an instance's two pools (writes, reads). An instance opens at
+    # most 2 × pool_size + 6 (its listener and leader locks); doctor checks it against max_connections.
+    pool_size: int = Field(default=10, ge=1, le=200)
 
     @field_validator("url")
     @classmethod

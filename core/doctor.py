@@ -81,6 +81,7 @@ async def check_store(settings: Settings) -> tuple[list[Finding], list[dict[str,
             except asyncpg.UndefinedTableError:
                 revision = None
             keys = [dict(r) for r in await conn.fetch("SELECT * FROM api_keys")] if revision else None
+            budget = await check_connection_budget(conn, settings)
         finally:
             await conn.close()
         version = f"PostgreSQL {major}.{minor} (13+ needed)"
@@ -99,7 +100,27 @@ async def check_store(settings: Settings) -> tuple[list[Finding], list[dict[str,
     if revision != head:
         return [failed("store", f"{where} is at migration {revision}, this version needs {head}; start handraise "
                                 "serve once (it migrates) or check that every instance runs the same version")], keys
-    return [passed("store", f"{where} ({version}, migrated to {head})")], keys
+    findings = [passed("store", f"{where} ({version}, migrated to {head})")]
+    return (findings + [budget] if store.is_postgres else findings), keys
+
+
+async def check_connection_budget(conn: Any, settings: Settings) -> Finding:
+    """Instances running now (at least this one to come) × the connections each may open, against what
+    the server allows ordinary roles: past it, connections are refused under load."""
+    from handraise.core.store.store import APPLICATION_NAME, connection_budget
+
+    allowed = int(await conn.fetchval("SHOW max_connections")) - int(
+        await conn.fetchval("SHOW superuser_reserved_connections"))
+    running = await conn.fetchval("SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND application_name LIKE $1", APPLICATION_NAME + "/%")
+    instances = max(int(running), 1)
+    each = connection_budget(settings.storage.pool_size)
+    if instances * each > allowed:
+        return failed("connections", f"{instances} instance(s) × up to {each} connections each ([storage] "
+                                     f"pool_size = {settings.storage.pool_size}) exceed the {allowed} the server "
+                                     "allows; lower pool_size or raise PostgreSQL's max_connections")
+    return passed("connections", f"{instances} instance(s) × up to {each} connections each fit the {allowed} the "
+                                 f"server allows (room for {allowed // each} instances)")
 
 
 def _sqlite_revision_and_keys(path: Path) -> tuple[str | None, list[dict[str, Any]] | None]:

@@ -178,12 +178,29 @@ def upgrade(sync_conn: Connection, secret: ServerSecret | None, revision: str = 
     command.upgrade(cfg, revision)
 
 
+# What an instance opens beside its two pools: the LISTEN connection, and one per loop it may lead
+# (dispatch recovery, Telegram polling, Matrix sync, Slack Socket Mode, the mailbox).
+EXTRA_CONNECTIONS = 6
+# Connections name their instance (pg_stat_activity.application_name): doctor counts instances by it.
+APPLICATION_NAME = "handraise"
+
+
+def connection_budget(pool_size: int) -> int:
+    """The most PostgreSQL connections one instance opens with ``[storage] pool_size``."""
+    return 2 * pool_size + EXTRA_CONNECTIONS
+
+
 class Store:
-    def __init__(self, *, url: str, secret: ServerSecret | None = None) -> None:
+    def __init__(self, *, url: str, secret: ServerSecret | None = None, pool_size: int = 10,
+                 instance_id: str | None = None) -> None:
         """``secret``: the server secret (core/serversecret.py); without it the store can be migrated and
-        read, but the journal cannot be written or verified."""
+        read, but the journal cannot be written or verified. ``pool_size``: on PostgreSQL, the writers'
+        pool and the readers' pool hold at most this many connections each (no overflow), so an
+        instance never opens more than ``connection_budget(pool_size)``."""
         self.url = url
         self._secret = secret
+        self.pool_size = pool_size
+        self.application_name = APPLICATION_NAME + (f"/{instance_id}" if instance_id else "")
         self.async_url = to_async_url(url)
         self.dialect = "postgresql" if self.async_url.startswith("postgresql") else "sqlite"
         self._engine: AsyncEngine | None = None
@@ -232,10 +249,15 @@ class Store:
         else:
             # No pool_pre_ping (a round trip per checkout): a dead pooled connection fails its statement,
             # SQLAlchemy invalidates the pool, and reads are retried once on a fresh connection.
-            engine = create_async_engine(self.async_url, pool_size=10, max_overflow=20, hide_parameters=True)
+            # No overflow: past pool_size, callers wait for a connection (pool_timeout) instead of opening
+            # connections the server's max_connections may not have for every instance.
+            named = {"server_settings": {"application_name": self.application_name}}
+            engine = create_async_engine(self.async_url, pool_size=self.pool_size, max_overflow=0,
+                                         connect_args=named, hide_parameters=True)
             # Readers run without BEGIN/ROLLBACK: each statement is its own snapshot, as under READ COMMITTED.
-            self._read_engine = create_async_engine(self.async_url, pool_size=5, max_overflow=15,
-                                                    isolation_level="AUTOCOMMIT", hide_parameters=True)
+            self._read_engine = create_async_engine(self.async_url, pool_size=self.pool_size, max_overflow=0,
+                                                    connect_args=named, isolation_level="AUTOCOMMIT",
+                                                    hide_parameters=True)
             self._engine = engine
             async with engine.begin() as conn:
                 # Two instances starting at once must not both run the migrations.
@@ -562,7 +584,11 @@ class Store:
             await conn.run(rowcount, _NOTIFY, {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
 
     def asyncpg_dsn(self) -> str:
+        """For asyncpg's own connections (the listener, leader locks): a query parameter asyncpg does not
+        know is a server setting, so they carry the instance's application_name too."""
         url = make_url(self.async_url).set(drivername="postgresql")
+        if "application_name" not in url.query:
+            url = url.update_query_dict({"application_name": self.application_name})
         return url.render_as_string(hide_password=False)
 
     async def try_leadership(self, name: str) -> bool:

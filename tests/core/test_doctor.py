@@ -261,3 +261,16 @@ async def test_matrix_findings(synapse: SynapseServer, tmp_path: Path) -> None: 
         findings = await doctor.run(with_matrix(room))
     assert all(f.ok for f in findings), [f.line() for f in findings]
     assert by_subject(findings)["matrix"][0].message == "credentials accepted, targets reachable"
+
+
+async def test_postgresql_connections_running_instances_times_the_pool_against_max_connections(
+        pg_url: str, tmp_path: Path) -> None:
+    async with served(f"sqlite:///{tmp_path / 'h.db'}") as base:
+        fits = by_subject(await doctor.run(settings_for(pg_url, base)))["connections"][0]
+        assert fits.ok and "room for" in fits.message
+        # Two instances running on this database with the default pool, and a config whose pool would need
+        # more than the server's max_connections for them.
+        async with running_app(settings_for(pg_url, base)), running_app(settings_for(pg_url, base)):
+            findings = await doctor.run(settings_for(pg_url, base, storage={"url": pg_url, "pool_size": 60}))
+    message = only_failure(findings, "connections")
+    assert message.startswith("2 instance(s) × up to 126 connections") and "max_connections" in message

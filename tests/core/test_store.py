@@ -138,3 +138,31 @@ async def test_two_stores_setting_one_new_key_at_once_both_succeed(storage_url: 
     finally:
         await a.close()
         await b.close()
+
+
+async def test_the_postgresql_pools_never_open_more_than_pool_size(pg_url: str) -> None:
+    import asyncpg
+    from sqlalchemy import text
+
+    from handraise.core.store.units import scalar
+
+    store = Store(url=pg_url, secret=SECRET, pool_size=3, instance_id="pooltest")
+    await store.open()
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute("SELECT pg_advisory_lock(4242)")
+        # Twenty reads that each hold a connection until the lock is released.
+        readers = asyncio.gather(*(store._read(scalar, text("SELECT pg_advisory_lock_shared(4242)"))
+                                   for _ in range(20)))
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'"
+        deadline = asyncio.get_running_loop().time() + 30
+        while await admin.fetchval(waiting, store.application_name) < 3:
+            assert asyncio.get_running_loop().time() < deadline, "the readers never got their connections"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # an overflow would open more now
+        assert await admin.fetchval(waiting, store.application_name) == 3
+        await admin.execute("SELECT pg_advisory_unlock(4242)")
+        await asyncio.wait_for(readers, timeout=30)
+    finally:
+        await admin.close()
+        await store.close()
