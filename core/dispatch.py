@@ -106,11 +106,15 @@ class Dispatcher:
         if ev.type == REQUEST_CREATED:
             self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
         elif ev.type == REQUEST_RESOLVED:
-            # The event carries the deliveries as read right after the resolution: with none there is
-            # nothing to withdraw (one still being sent withdraws itself when it sees the outcome).
-            if ev.data.get("deliveries") == []:
+            # A request none of whose channels delivers to this tenant was never sent anywhere: nothing
+            # to withdraw, and no read (one still being sent withdraws itself when it sees the outcome).
+            if not self._delivers(ev.tenant_id, ev.data.get("channels", [])):
                 return
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
+
+    def _delivers(self, tenant_id: str, channels: list[str]) -> bool:
+        """Whether any of these channels has a target for this tenant (else no delivery row is ever made)."""
+        return any(self.connectors.get(c) and self.connectors[c].targets(tenant_id) for c in channels)
 
     def _count(self, channel: str, outcome: str) -> None:
         if self.on_delivery is not None:
@@ -168,7 +172,7 @@ class Dispatcher:
 
     async def _deliver_all(self, tenant_id: str, request_id: str, channels: list[str]) -> None:
         # Most requests of a web-only tenant go nowhere: decide that before reading the store.
-        if not any(self.connectors.get(c) and self.connectors[c].targets(tenant_id) for c in channels):
+        if not self._delivers(tenant_id, channels):
             return
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         for channel in view.channels:

@@ -122,20 +122,16 @@ class RequestService:
             "channels_json": json.dumps(channels), "status": "pending", "created_by": principal,
             "created_at": now, "expires_at": now + timeout,
         }
+        journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
+                   "principal": principal, "at": now, "data": {
+                       "unique_id": body.unique_id, "message_for_user": body.message_for_user,
+                       "schema": effective, "kind": body.kind, "sensitive": body.sensitive,
+                       "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"]}}
         async with self.store.transaction() as conn:
-            inserted = await self.store.insert_request(conn, row)
-            if inserted:
-                entry = await self.store.append_journal(
-                    conn, tenant_id=tenant_id, event="created", request_id=row["id"], run_id=body.run_id,
-                    principal=principal, data={
-                        "unique_id": body.unique_id, "message_for_user": body.message_for_user,
-                        "schema": effective, "kind": body.kind, "sensitive": body.sensitive,
-                        "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
-                    }, at=now,
-                )
-                await self.store.notify(conn, {"type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"],
-                                               "run_id": body.run_id, "origin": self.bus.instance_id,
-                                               "seq": entry.seq})
+            entry = await self.store.create_request(conn, row, journal=journal, notify={
+                "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
+                "origin": self.bus.instance_id})
+        inserted = entry is not None
         if not inserted:
             existing = await self.store.get_request_by_unique_id(tenant_id, body.unique_id)
             if existing is None:  # deleted between the two statements: cannot happen, rows are never deleted
@@ -146,6 +142,7 @@ class RequestService:
             if view.status == "pending":
                 raise ConflictError(f"unique_id {body.unique_id!r} is pending with a different body")
             raise UniqueIdReusedError(f"unique_id {body.unique_id!r} was used already; generate a fresh one")
+        assert entry is not None
         view = RequestView.from_row(row | {"response_json": None, "response_purged": False,
                                            "resolved_by": None, "resolved_via": None, "resolved_at": None})
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
@@ -174,11 +171,15 @@ class RequestService:
         return RequestView.from_row(row, deliveries=deliveries)
 
     async def get(self, *, tenant_id: str, request_id: str, with_deliveries: bool = True) -> RequestView:
+        if with_deliveries:
+            found = await self.store.get_request_with_deliveries(tenant_id, request_id=request_id)
+            if found is None:
+                raise NotFoundError("no such request")
+            return await self._settle(self._view(found[0], deliveries=found[1]))
         row = await self.store.get_request(tenant_id, request_id)
         if row is None:
             raise NotFoundError("no such request")
-        deliveries = await self.store.deliveries_for(tenant_id, request_id) if with_deliveries else None
-        return await self._settle(self._view(row, deliveries=deliveries))
+        return await self._settle(self._view(row))
 
     async def get_by_unique_id(self, *, tenant_id: str, unique_id: str) -> RequestView:
         row = await self.store.get_request_by_unique_id(tenant_id, unique_id)
@@ -194,11 +195,16 @@ class RequestService:
     async def _settle(self, view: RequestView) -> RequestView:
         """A pending request past its deadline is expired now rather than shown as pending."""
         if view.status == "pending" and view.expires_at <= self.clock():
-            await self.expire(tenant_id=view.tenant_id, request_id=view.id)
-            row = await self.store.get_request(view.tenant_id, view.id)
-            assert row is not None
-            return self._view(row, deliveries=[_delivery_row(d) for d in view.deliveries])
+            expired = await self._expire(tenant_id=view.tenant_id, request_id=view.id)
+            if expired is not None:
+                return expired
+            return await self._reread(view)
         return view
+
+    async def _reread(self, view: RequestView) -> RequestView:
+        row = await self.store.get_request(view.tenant_id, view.id)
+        assert row is not None
+        return self._view(row, deliveries=[_delivery_row(d) for d in view.deliveries])
 
     # -- wait ------------------------------------------------------------------
 
@@ -276,15 +282,13 @@ class RequestService:
         too many refused attempts lately; nothing is journaled).
         """
         self.attempts.check(principal)
-        if request_id is not None:
-            row = await self.store.get_request(tenant_id, request_id)
-        elif unique_id is not None:
-            row = await self.store.get_request_by_unique_id(tenant_id, unique_id)
-        else:
+        if request_id is None and unique_id is None:
             raise NotFoundError("no such request")
-        if row is None:
+        found = await self.store.get_request_with_deliveries(tenant_id, request_id=request_id, unique_id=unique_id)
+        if found is None:
             raise NotFoundError("no such request")
-        view = await self._settle(self._view(row))
+        row, deliveries = found
+        view = await self._settle(self._view(row, deliveries=deliveries))
         _raise_if_terminal(view)
         errors = await validate_answer_off_loop(view.schema, response)
         if errors:
@@ -305,26 +309,23 @@ class RequestService:
             async with self.store.transaction() as conn:
                 if link_id is not None and not await self.store.use_link(conn, link_id=link_id, now=now):
                     raise _LostRace
-                won = await self.store.resolve_request(
-                    conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
-                    require_unexpired=True,
-                    values={**answer, "resolved_by": principal, "resolved_via": via},
-                )
-                if not won:
-                    # Rolls back the link use too: the request was not ours to answer.
-                    raise _LostRace
                 # The journal's keyed digest is never exported (JournalEntry.public_data).
                 data: dict[str, Any] = {"response_digest": digest}
                 if not view.sensitive:
                     data["response"] = json.loads(canonical)
                 if link_id is not None:
                     data["link_id"] = link_id
-                entry = await self.store.append_journal(
-                    conn, tenant_id=tenant_id, event="answered", request_id=view.id, run_id=view.run_id,
-                    principal=principal, channel=via, data=data, at=now)
-                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": view.id,
-                                               "run_id": view.run_id, "origin": self.bus.instance_id,
-                                               "seq": entry.seq})
+                done = await self.store.resolve(
+                    conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
+                    require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": via},
+                    # The deliveries as read just before: the answer's view does not wait for a fresh read.
+                    with_deliveries=False,
+                    journal={"tenant_id": tenant_id, "event": "answered", "request_id": view.id,
+                             "principal": principal, "channel": via, "data": data, "at": now},
+                    notify=self._resolved_notice(tenant_id, view.id, view.run_id))
+                if done is None:
+                    # Rolls back the link use too: the request was not ours to answer.
+                    raise _LostRace
         except _LostRace:
             current = await self.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
             if link_id is not None and current.status == "pending":
@@ -332,7 +333,9 @@ class RequestService:
             _raise_if_terminal(current)
             raise ExpiredError("the request expired") from None
         log.info("request answered", extra={"request_id": view.id, "via": via})
-        return await self._resolved(tenant_id, view.id, seq=entry.seq)
+        # The answer is at hand: a sealed one need not be opened again.
+        resolved = RequestView.from_row({**done.row, "response_json": canonical}, deliveries=deliveries)
+        return self._resolved(resolved, seq=done.entry.seq)
 
     async def invalid_attempt(self, view: RequestView, *, principal: str, channel: str,
                               errors: list[dict[str, str]]) -> None:
@@ -345,11 +348,16 @@ class RequestService:
         log.info("invalid answer", extra={"request_id": view.id, "via": channel,
                                           "fields": [e["field"] for e in errors]})
 
-    async def _resolved(self, tenant_id: str, request_id: str, *, seq: int) -> RequestView:
-        view = await self.get(tenant_id=tenant_id, request_id=request_id)
-        self._wake(request_id, view)
-        self.bus.publish(Event(REQUEST_RESOLVED, tenant_id, request_id, view.event_json(), view.run_id, seq=seq))
+    def _resolved(self, view: RequestView, *, seq: int) -> RequestView:
+        """A resolution committed: wake this instance's waiters with the view and publish it."""
+        self._wake(view.id, view)
+        self.bus.publish(Event(REQUEST_RESOLVED, view.tenant_id, view.id, view.event_json(), view.run_id, seq=seq))
         return view
+
+    def _resolved_notice(self, tenant_id: str, request_id: str, run_id: str | None) -> dict[str, Any]:
+        """The NOTIFY other instances hear once the resolution commits (the journal adds its seq)."""
+        return {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id, "run_id": run_id,
+                "origin": self.bus.instance_id}
 
     # -- cancel and expire -----------------------------------------------------
 
@@ -359,40 +367,33 @@ class RequestService:
             raise NotPendingError(f"the request is {view.status} already")
         now = self.clock()
         async with self.store.transaction() as conn:
-            won = await self.store.cancel_request(conn, request_id=request_id, tenant_id=tenant_id, now=now,
-                                                  principal=principal)
-            if won:
-                entry = await self.store.append_journal(
-                    conn, tenant_id=tenant_id, event="cancelled", request_id=request_id, run_id=view.run_id,
-                    principal=principal, channel="api", at=now)
-                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
-                                               "run_id": view.run_id, "origin": self.bus.instance_id,
-                                               "seq": entry.seq})
-        if not won:
+            done = await self.store.cancel(
+                conn, request_id=request_id, tenant_id=tenant_id, now=now, principal=principal,
+                journal={"tenant_id": tenant_id, "event": "cancelled", "request_id": request_id,
+                         "principal": principal, "channel": "api", "at": now},
+                notify=self._resolved_notice(tenant_id, request_id, view.run_id))
+        if done is None:
             current = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             raise NotPendingError(f"the request is {current.status} already")
         log.info("request cancelled", extra={"request_id": request_id})
-        return await self._resolved(tenant_id, request_id, seq=entry.seq)
+        return self._resolved(self._view(done.row, deliveries=done.deliveries), seq=done.entry.seq)
 
     async def expire(self, *, tenant_id: str, request_id: str) -> bool:
         """Pending and past its deadline → expired. True when this call made the change."""
+        return await self._expire(tenant_id=tenant_id, request_id=request_id) is not None
+
+    async def _expire(self, *, tenant_id: str, request_id: str) -> RequestView | None:
         now = self.clock()
         async with self.store.transaction() as conn:
-            won = await self.store.resolve_request(conn, request_id=request_id, tenant_id=tenant_id,
-                                                   status="expired", now=now, require_unexpired=False,
-                                                   values={"resolved_via": "timeout"})
-            if won:
-                row = await self.store.get_request(tenant_id, request_id, conn=conn)
-                entry = await self.store.append_journal(conn, tenant_id=tenant_id, event="expired",
-                                                        request_id=request_id,
-                                                        run_id=row["run_id"] if row else None, at=now)
-                await self.store.notify(conn, {"type": REQUEST_RESOLVED, "tenant_id": tenant_id, "id": request_id,
-                                               "run_id": row["run_id"] if row else None,
-                                               "origin": self.bus.instance_id, "seq": entry.seq})
-        if won:
-            log.info("request expired", extra={"request_id": request_id})
-            await self._resolved(tenant_id, request_id, seq=entry.seq)
-        return won
+            done = await self.store.resolve(
+                conn, request_id=request_id, tenant_id=tenant_id, status="expired", now=now,
+                require_unexpired=False, values={"resolved_via": "timeout"},
+                journal={"tenant_id": tenant_id, "event": "expired", "request_id": request_id, "at": now},
+                notify=self._resolved_notice(tenant_id, request_id, None))
+        if done is None:
+            return None
+        log.info("request expired", extra={"request_id": request_id})
+        return self._resolved(self._view(done.row, deliveries=done.deliveries), seq=done.entry.seq)
 
     async def sweep(self) -> int:
         """Expire every overdue request; the store stays true even when nobody waits.

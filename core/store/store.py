@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ from handraise.core.models import (
 )
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store.inbox import InboxRecords
-from handraise.core.store.journal import Journal, JournalEntry
+from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.state import GET_STATE, put_state, set_state_if_absent
@@ -80,12 +81,23 @@ _b = bindparam
 _GET_REQUEST = select(requests_t).where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id"))
 _GET_REQUEST_BY_UNIQUE_ID = select(requests_t).where(requests_t.c.tenant_id == _b("tenant_id"),
                                                      requests_t.c.unique_id == _b("unique_id"))
+# A request with its deliveries in one statement (the view an agent or operator reads).
+_DELIVERY_COLUMNS = ("channel", "target", "status", "attempts", "last_error", "updated_at")
+_WITH_DELIVERIES = requests_t.outerjoin(deliveries_t, and_(deliveries_t.c.request_id == requests_t.c.id,
+                                                           deliveries_t.c.tenant_id == requests_t.c.tenant_id))
+_JOINED = select(requests_t, *[deliveries_t.c[n].label(f"delivery_{n}") for n in _DELIVERY_COLUMNS],
+                 deliveries_t.c.id.label("delivery_id")).select_from(_WITH_DELIVERIES)
+_GET_REQUEST_JOINED = _JOINED.where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id")
+                                    ).order_by(deliveries_t.c.id)
+_GET_REQUEST_BY_UNIQUE_ID_JOINED = _JOINED.where(
+    requests_t.c.tenant_id == _b("tenant_id"), requests_t.c.unique_id == _b("unique_id")).order_by(deliveries_t.c.id)
 _RESOLVE_UNEXPIRED = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
     requests_t.c.expires_at > _b("w_now"))
 _RESOLVE_EXPIRED = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
     requests_t.c.expires_at <= _b("w_now"))
+_RETURNING = tuple(requests_t.c)
 _CANCEL_REQUEST = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
 ).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
@@ -134,6 +146,9 @@ _GET_ANNOTATION = select(annotations_t).where(annotations_t.c.tenant_id == _b("t
                                               annotations_t.c.annotation_id == _b("annotation_id"))
 
 _NOTIFY = text("SELECT pg_notify(:ch, :p)")
+# The compare-and-set updates that hand back the row they changed (one statement: no re-read).
+_RESOLVE = {True: _RESOLVE_UNEXPIRED.returning(*_RETURNING), False: _RESOLVE_EXPIRED.returning(*_RETURNING)}
+_CANCEL_RETURNING = _CANCEL_REQUEST.returning(*_RETURNING)
 _SELECT_1 = text("SELECT 1")
 
 
@@ -166,6 +181,29 @@ def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
     if existing is not None:
         return existing.id
     return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
+
+
+def _row_and_deliveries(c: Connection, stmt: Any, params: Mapping[str, Any]) -> RequestWithDeliveries | None:
+    request: dict[str, Any] | None = None
+    deliveries: list[dict[str, Any]] = []
+    for r in c.execute(stmt, params).mappings():
+        if request is None:
+            request = {k: v for k, v in r.items() if not k.startswith("delivery_")}
+        if r["delivery_id"] is not None:
+            deliveries.append({n: r[f"delivery_{n}"] for n in _DELIVERY_COLUMNS})
+    return None if request is None else (request, deliveries)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What one compare-and-set that won leaves: the row as updated, its deliveries, its journal entry."""
+
+    row: dict[str, Any]
+    deliveries: list[dict[str, Any]]
+    entry: JournalEntry
+
+
+RequestWithDeliveries = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 def upgrade(sync_conn: Connection, secret: ServerSecret | None, revision: str = "head") -> None:
@@ -397,6 +435,62 @@ class Store:
                                        conn: StoreConnection | None = None) -> dict[str, Any] | None:
         return await self._on(conn, first, _GET_REQUEST_BY_UNIQUE_ID,
                               {"tenant_id": tenant_id, "unique_id": unique_id})
+
+    async def get_request_with_deliveries(self, tenant_id: str, *, request_id: str | None = None,
+                                          unique_id: str | None = None) -> RequestWithDeliveries | None:
+        """The row and its delivery rows (channel, target, status, attempts, last_error, updated_at), in one
+        statement, by id or by the agent's unique_id."""
+        if request_id is not None:
+            return await self._read(_row_and_deliveries, _GET_REQUEST_JOINED, {"id": request_id,
+                                                                              "tenant_id": tenant_id})
+        return await self._read(_row_and_deliveries, _GET_REQUEST_BY_UNIQUE_ID_JOINED,
+                                {"tenant_id": tenant_id, "unique_id": unique_id})
+
+    async def create_request(self, conn: StoreConnection, row: Mapping[str, Any], *, journal: Mapping[str, Any],
+                             notify: Mapping[str, Any] | None = None) -> JournalEntry | None:
+        """Insert and journal as one unit of work (NOTIFY folded into the journal's statement on PostgreSQL);
+        None when (tenant, unique_id) exists already."""
+        return await conn.run(self._create_unit, dict(row), entry_row(**journal), self._notify_arg(notify))
+
+    def _create_unit(self, c: Connection, row: dict[str, Any], entry: dict[str, Any],
+                     notify: tuple[str, Mapping[str, Any]] | None) -> JournalEntry | None:
+        if c.execute(self._inserts.request, row).rowcount != 1:
+            return None
+        return self.journal.append_in(c, entry, notify)
+
+    async def resolve(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str, now: float,
+                      values: Mapping[str, Any], require_unexpired: bool, journal: Mapping[str, Any],
+                      notify: Mapping[str, Any] | None = None, with_deliveries: bool = True) -> Resolution | None:
+        """Compare-and-set pending → ``status`` and journal it, as one unit of work; None when another
+        writer won. ``journal`` is the entry's fields but its run id (the row's is used)."""
+        stmt = _RESOLVE[require_unexpired]
+        params = {"status": status, "resolved_at": now, **values,
+                  "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
+        return await conn.run(self._resolve_unit, stmt, params, dict(journal), self._notify_arg(notify),
+                              with_deliveries)
+
+    async def cancel(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float, principal: str,
+                     journal: Mapping[str, Any], notify: Mapping[str, Any] | None = None) -> Resolution | None:
+        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
+        return await conn.run(self._resolve_unit, _CANCEL_RETURNING, params, dict(journal),
+                              self._notify_arg(notify), True)
+
+    def _resolve_unit(self, c: Connection, stmt: Any, params: dict[str, Any], journal: dict[str, Any],
+                      notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool) -> Resolution | None:
+        changed = c.execute(stmt, params).mappings().first()
+        if changed is None:
+            return None
+        row = dict(changed)
+        deliveries: list[dict[str, Any]] = []
+        if with_deliveries:
+            deliveries = all_rows(c, _DELIVERIES_FOR, {"tenant_id": row["tenant_id"], "request_id": row["id"]})
+        if notify is not None:
+            notify = (notify[0], {**notify[1], "run_id": row["run_id"]})
+        entry = self.journal.append_in(c, entry_row(**journal, run_id=row["run_id"]), notify)
+        return Resolution(row, deliveries, entry)
+
+    def _notify_arg(self, payload: Mapping[str, Any] | None) -> tuple[str, Mapping[str, Any]] | None:
+        return (NOTIFY_CHANNEL, payload) if payload is not None and self.is_postgres else None
 
     async def list_requests(self, tenant_id: str, *, status: str | None = None, run_id: str | None = None,
                             limit: int = 100) -> list[dict[str, Any]]:

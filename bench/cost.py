@@ -1,0 +1,222 @@
+"""Work per cycle, counted rather than timed: figures that a loaded machine does not move.
+
+    python bench/cost.py [--store sqlite|postgresql|floor|all] [--cycles 300] [--profile N]
+
+The server (the real ``create_app``, or the floor) runs on this process's main event loop; one agent
+loops create → answer → wait (the answer already there) from a client on a thread of its own, so the
+counts below are the server's alone:
+
+- **store calls**: calls of the ``Store``'s public methods, transactions and readers included;
+- **SQL statements**: statements the drivers executed, with the write transactions' BEGIN and
+  COMMIT/ROLLBACK counted on PostgreSQL (each is a round trip there, so this is the round-trip count);
+- **Python calls**: function calls on the server's event-loop thread (cProfile), the floor's own
+  count beside it for the HTTP layer's share;
+- **CPU ms**: the server's CPU time per cycle (process CPU less the client thread's); this one does
+  move with the machine's load, unlike the others.
+
+``--profile N`` prints the N functions with the most own time on the server's loop thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import contextlib
+import io
+import pstats
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from servers import free_port, postgres_url, workdir, write_config  # noqa: E402
+from workloads import ANSWER, ANSWER_VALUE, ASK, MESSAGE, SCHEMA  # noqa: E402
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.store: Counter[str] = Counter()
+        self.sql = 0
+
+    def reset(self) -> None:
+        self.store.clear()
+        self.sql = 0
+
+
+def _count_store(store: Any, counts: Counts) -> None:
+    """Wrap the store's public methods on the instance: each call is one store call."""
+    import functools
+    import inspect
+
+    for name in dir(type(store)):
+        if name.startswith("_"):
+            continue
+        attr = getattr(type(store), name)
+        if inspect.iscoroutinefunction(attr):
+            def wrap(fn: Any, name: str = name) -> Any:
+                @functools.wraps(fn)
+                async def counted(*a: Any, **k: Any) -> Any:
+                    counts.store[name] += 1
+                    return await fn(*a, **k)
+                return counted
+            setattr(store, name, wrap(getattr(store, name)))
+        elif name in ("transaction", "reader"):
+            def wrap_cm(fn: Any, name: str = name) -> Any:
+                @contextlib.asynccontextmanager
+                async def counted(*a: Any, **k: Any) -> AsyncIterator[Any]:
+                    counts.store[name] += 1
+                    async with fn(*a, **k) as conn:
+                        yield conn
+                return counted
+            setattr(store, name, wrap_cm(getattr(store, name)))
+
+
+def _count_sql(engine: Any, counts: Counts, *, transactions: bool) -> None:
+    from sqlalchemy import event
+
+    def statement(*_a: Any, **_k: Any) -> None:
+        counts.sql += 1
+
+    event.listen(engine, "before_cursor_execute", statement)
+    if transactions:
+        for name in ("begin", "commit", "rollback"):
+            event.listen(engine, name, statement)
+
+
+async def _handraise_app(storage_url: str, tmp: Path, counts: Counts) -> web.Application:
+    from handraise.core.app import create_app
+    from handraise.core.appkeys import STORE
+    from handraise.core.config import load_settings
+
+    settings = load_settings(write_config(storage_url=storage_url, workdir=tmp))
+    app = await create_app(settings)
+    store = app[STORE]
+    _count_store(store, counts)
+
+    async def engines(app: web.Application) -> AsyncIterator[None]:
+        # After the store opened (cleanup contexts run in order: the store's is first).
+        if store._runner is not None:
+            _count_sql(store._runner.engine, counts, transactions=False)
+        # Readers run in autocommit (no BEGIN/COMMIT is sent); writers' BEGIN and COMMIT are round trips.
+        for engine, transactions in ((store._engine, True), (store._read_engine, False)):
+            if engine is not None:
+                _count_sql(engine.sync_engine, counts, transactions=transactions)
+        yield
+
+    app.cleanup_ctx.append(engines)
+    return app
+
+
+def _client(base: str, cycles: int, warmup: int, ready: threading.Event, go: threading.Event,
+            out: dict[str, float]) -> None:
+    async def cycle(http: aiohttp.ClientSession, i: int) -> None:
+        unique_id = f"cost-{time.time_ns()}-{i}"
+        body = {"unique_id": unique_id, "message_for_user": MESSAGE, "timeout_seconds": 600, "schema": SCHEMA}
+        async with http.post(f"{base}/v1/requests", json=body, headers=ASK) as r:
+            assert r.status == 201, await r.text()
+            request_id = (await r.json())["id"]
+        async with http.post(f"{base}/api/human-feedback/submit", headers=ANSWER,
+                             json={"unique_id": unique_id, "response": ANSWER_VALUE}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+        async with http.get(f"{base}/v1/requests/{request_id}/wait", params={"timeout": "5"}, headers=ASK) as r:
+            data = await r.json()
+            assert data["status"] == "answered", data
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as http:
+            for i in range(warmup):
+                await cycle(http, i)
+            ready.set()
+            go.wait()
+            t0 = time.thread_time()
+            for i in range(cycles):
+                await cycle(http, warmup + i)
+            out["client_cpu"] = time.thread_time() - t0
+
+    asyncio.run(main())
+
+
+async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[str, Any]:
+    counts = Counts()
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = stack.enter_context(workdir())
+        if kind == "floor":
+            from floor import build_app
+
+            app = build_app()
+        elif kind == "sqlite":
+            app = await _handraise_app(f"sqlite:///{tmp / 'cost.db'}", tmp, counts)
+        else:
+            url = await stack.enter_async_context(postgres_url())
+            app = await _handraise_app(url, tmp, counts)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        ready, go, out = threading.Event(), threading.Event(), {}
+        client = threading.Thread(target=_client, args=(f"http://127.0.0.1:{port}", cycles, warmup, ready, go, out))
+        client.start()
+        while not ready.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # let the warm-up's trailing work (hand-overs, events) finish
+        counts.reset()
+        profiler = cProfile.Profile()
+        cpu0 = time.process_time()
+        profiler.enable()
+        go.set()
+        while client.is_alive():
+            await asyncio.sleep(0.005)
+        profiler.disable()
+        cpu = time.process_time() - cpu0 - out["client_cpu"]
+        stats = pstats.Stats(profiler)
+        result = {
+            "store_calls": sum(counts.store.values()) / cycles,
+            "store_by_name": {k: v / cycles for k, v in sorted(counts.store.items())},
+            "sql": counts.sql / cycles,
+            "python_calls": stats.total_calls / cycles,  # type: ignore[attr-defined]
+            "cpu_ms": 1000 * cpu / cycles,
+        }
+        if profile:
+            buf = io.StringIO()
+            pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(profile)
+            result["profile"] = buf.getvalue()
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["sqlite", "postgresql", "floor", "all"], default="all")
+    parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--profile", type=int, default=0, help="print the N functions with the most own time")
+    args = parser.parse_args(argv)
+    kinds = ["floor", "sqlite", "postgresql"] if args.store == "all" else [args.store]
+    rows = []
+    for kind in kinds:
+        r = asyncio.run(measure(kind, cycles=args.cycles, warmup=args.warmup, profile=args.profile))
+        rows.append((kind, r))
+        if args.profile:
+            print(f"== {kind}\n{r['profile']}")
+    print(f"per cycle (create → answer → wait), {args.cycles} cycles, one agent:")
+    print(f"{'':12}{'store calls':>12}{'SQL stmts':>11}{'Python calls':>14}{'CPU ms':>8}")
+    for kind, r in rows:
+        print(f"{kind:12}{r['store_calls']:12.1f}{r['sql']:11.1f}{r['python_calls']:14.0f}{r['cpu_ms']:8.2f}")
+    for kind, r in rows:
+        if r["store_by_name"]:
+            print(f"{kind} store calls: " + ", ".join(f"{k} {v:g}" for k, v in r["store_by_name"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
