@@ -77,6 +77,14 @@ class ConnectorDriver(ABC):
     """Plays the human on one messenger. Subclass, implement the abstract methods, register a factory."""
 
     channel: ClassVar[str]
+    # What the messenger lets a bot do; the contract checks the rest alike on every connector.
+    removes_replies: ClassVar[bool] = True  # the bot can delete (redact) a person's message
+    typed_decisions: ClassVar[bool] = True  # a typed "approve" decides an approval (else: buttons only)
+    # Tenant acme's time zone (config ``timezone``); a contract case sets another to see deadlines in it.
+    timezone: str = "UTC"
+    # Contract cases this connector does not pass yet: test function name -> why (a strict xfail, so
+    # the entry must go the day the case passes).
+    pending: ClassVar[dict[str, str]] = {}
 
     # -- setup -----------------------------------------------------------------
 
@@ -101,6 +109,10 @@ class ConnectorDriver(ABC):
     @abstractmethod
     def principal(self) -> str:
         """The principal core must record for the allowed human (``telegram:42`` ...)."""
+
+    @abstractmethod
+    def display_name(self) -> str:
+        """How outcomes name the allowed human ("Alice (@alice)", a mention ...)."""
 
     # -- the human's side ------------------------------------------------------
 
@@ -134,13 +146,45 @@ class ConnectorDriver(ABC):
     async def assert_withdrawn(self, posted: Posted, outcome: str) -> None:
         """The question now shows ``outcome`` ("Answered", "Expired", "Cancelled") and no buttons."""
 
+    @abstractmethod
+    async def told(self, action: Action) -> str:
+        """What the bot said to the person about what they did (a notice, a private or ephemeral message)."""
+
+    async def assert_removed(self, action: Action) -> None:
+        """The person's reply is gone from the chat (only asked when ``removes_replies``)."""
+        raise NotImplementedError
+
+    @abstractmethod
+    async def question_text(self, posted: Posted) -> str:
+        """The question as people read it now (text, buttons' labels)."""
+
+    @abstractmethod
+    async def outcome_text(self, posted: Posted) -> str:
+        """The withdrawn question's outcome as people read it (call after ``assert_withdrawn``)."""
+
+    @abstractmethod
+    async def open_form(self, posted: Posted, *, stranger: bool = False) -> str | None:
+        """Ask for the form the way the messenger offers it: the one-time link the person got
+        (privately), or None when they got none (they were told why)."""
+
+    @abstractmethod
+    async def shared_view(self, posted: Posted) -> str:
+        """Everything about the request that everyone in the shared chat can read: the question,
+        its buttons (with their URLs), the bot's public notices."""
+
+    async def assert_no_buttons_left(self) -> None:
+        """No message the bot sent (question, notice, private link) has a live button any more (called
+        after ``assert_withdrawn``); a messenger without buttons has nothing to check."""
+
     # -- running ---------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def running(self, storage_url: str) -> AsyncIterator[Api]:
         await self.start()
         try:
-            settings = settings_from(base_config(storage_url, **self.config()))
+            config = base_config(storage_url, **self.config())
+            config["tenants"][0]["timezone"] = self.timezone
+            settings = settings_from(config)
             async with running_app(settings, connector_classes=self.connector_classes()) as api:
                 await self.ready(api)
                 yield api

@@ -57,6 +57,9 @@ class EmailDriver(ConnectorDriver):
     def principal(self) -> str:
         return f"email:{self.human}"
 
+    def display_name(self) -> str:
+        return self.human
+
     # -- the human's side ------------------------------------------------------
 
     async def question(self, posted: Posted) -> ReceivedMail:
@@ -82,6 +85,35 @@ class EmailDriver(ConnectorDriver):
         uid = await asyncio.to_thread(self.imap.deliver, self.user, reply.as_bytes())
         return Action(posted=posted, kind="reply", stranger=stranger,
                       handle={"uid": uid, "message_id": str(reply["Message-ID"])})
+
+    async def told(self, action: Action) -> str:
+        wanted = action.handle["message_id"]
+        (mail,) = await self.smtp.wait_for(lambda m: m.message["In-Reply-To"] == wanted)
+        return mail.part("plain")
+
+    async def assert_removed(self, action: Action) -> None:
+        await self._handled()
+        assert action.handle["uid"] not in await asyncio.to_thread(self.imap.flags, self.user)
+
+    async def question_text(self, posted: Posted) -> str:
+        return (await self.question(posted)).part("plain")
+
+    async def outcome_text(self, posted: Posted) -> str:
+        root = posted.ref["message_id"]
+        (mail,) = await self.smtp.wait_for(
+            lambda m: m.message["In-Reply-To"] == root and "outcome" in str(m.message["Message-ID"]))
+        return mail.part("plain")
+
+    async def open_form(self, posted: Posted, *, stranger: bool = False) -> str | None:
+        if stranger:
+            assert self.smtp.to(self.stranger) == []  # a stranger is sent nothing, no link either
+            return None
+        mail = await self.question(posted)
+        return next(u for u in links_in(mail.part("plain")) if "?" not in u)
+
+    async def shared_view(self, posted: Posted) -> str:
+        # Mail has no shared room: each mail goes to one person. What the stranger was sent:
+        return "\n".join(m.raw.decode("utf-8", "replace") for m in self.smtp.to(self.stranger))
 
     async def _handled(self) -> None:
         assert self.api is not None

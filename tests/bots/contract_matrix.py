@@ -5,6 +5,7 @@ Matrix has no buttons: "pressing" approve/reject is a 👍/👎 reaction on the 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -22,8 +23,19 @@ from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_noti
 _REACTIONS = {"approve": THUMBS_UP, "reject": THUMBS_DOWN, "yes": THUMBS_UP, "no": THUMBS_DOWN}
 
 
+# Until Matrix answers through core/chat.py's answer_from_chat (issue 10; the helper connmx is moving it).
+_ON_ITS_OWN_PATH = "Matrix still reads chat answers on its own path, not core/chat.py's answer_from_chat"
+
+
 class MatrixDriver(ConnectorDriver):
     channel = "matrix"
+    pending = {
+        "test_casual_remarks_on_an_approval_change_nothing":
+            f"{_ON_ITS_OWN_PATH}: its hint on a remark does not say nothing was changed",
+        "test_a_link_reached_through_the_chat_is_personal":
+            f"{_ON_ITS_OWN_PATH}: the card carries one form link for the whole room (issue 10 defect 1); "
+            "open_form here must then ask for the person's own link the new way",
+    }
 
     def __init__(self, server: SynapseServer) -> None:
         self.server = server
@@ -63,6 +75,9 @@ class MatrixDriver(ConnectorDriver):
     def principal(self) -> str:
         return f"matrix:{self.human.user_id}"
 
+    def display_name(self) -> str:
+        return self.human.user_id
+
     # -- the human's side ------------------------------------------------------
 
     async def card(self, posted: Posted) -> dict[str, Any]:
@@ -84,6 +99,35 @@ class MatrixDriver(ConnectorDriver):
         """The bot's threaded notice answering what the person did."""
         return await self.human.expect(self.room_id, is_notice_to(action.handle["event_id"], self.bot_id),
                                        what="the bot's notice")
+
+    async def told(self, action: Action) -> str:
+        return str((await self.notice(action))["content"]["body"])
+
+    async def assert_removed(self, action: Action) -> None:
+        fetched = await self.human.client.room_get_event(self.room_id, action.handle["event_id"])
+        assert isinstance(fetched, RoomGetEventResponse), fetched
+        assert fetched.event.source["content"] == {}  # redacted: gone from the room's history
+
+    async def question_text(self, posted: Posted) -> str:
+        return str((await self.card(posted))["content"]["body"])
+
+    async def outcome_text(self, posted: Posted) -> str:
+        card_id = posted.ref["event_id"]
+        edits = [e for room, e in self.human.seen if room == self.room_id and e.get("sender") == self.bot_id
+                 and relates(e).get("rel_type") == "m.replace" and relates(e).get("event_id") == card_id]
+        assert edits, "the card was never edited"
+        return str(edits[-1]["content"]["m.new_content"]["body"])
+
+    async def open_form(self, posted: Posted, *, stranger: bool = False) -> str | None:
+        # The card's own link, as every member of the room reads it.
+        card = await self.card(posted)
+        found = re.search(r"https?://\S+/f/[A-Za-z0-9_-]+", card["content"]["body"])
+        return found[0] if found else None
+
+    async def shared_view(self, posted: Posted) -> str:
+        await self.card(posted)
+        return "\n".join(str(e.get("content")) for room, e in self.human.seen
+                         if room == self.room_id and e.get("sender") == self.bot_id)
 
     async def assert_refused(self, action: Action) -> None:
         body = (await self.notice(action))["content"]["body"]

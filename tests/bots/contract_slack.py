@@ -30,6 +30,8 @@ from tests.fakes.slack import DEFAULT_TEAM_ID, FakeSlack, SlackCall
 
 class SlackDriver(ConnectorDriver):
     channel = "slack"
+    removes_replies = False  # a bot token cannot delete a person's message
+    typed_decisions = False  # approvals are decided with the buttons (Reject has a confirm)
 
     def __init__(self) -> None:
         self.fake = FakeSlack()
@@ -57,6 +59,9 @@ class SlackDriver(ConnectorDriver):
 
     def principal(self) -> str:
         return f"slack:{DEFAULT_TEAM_ID}/{ALICE}"
+
+    def display_name(self) -> str:
+        return f"<@{ALICE}>"  # Slack shows each reader the person's current name
 
     # -- the human's side ------------------------------------------------------
 
@@ -105,6 +110,27 @@ class SlackDriver(ConnectorDriver):
     async def told(self, action: Action) -> str:
         return str((await self.ephemeral(action))["text"])
 
+    async def question_text(self, posted: Posted) -> str:
+        return shown(self.message(posted))
+
+    async def outcome_text(self, posted: Posted) -> str:
+        return shown(self.message(posted))
+
+    async def open_form(self, posted: Posted, *, stranger: bool = False) -> str | None:
+        call = await self.ephemeral(await self.press(posted, "open form", stranger=stranger))
+        urls = [block["accessory"]["url"] for block in call.get("blocks") or []
+                if "url" in (block.get("accessory") or {})]
+        return urls[0] if urls else None
+
+    async def shared_view(self, posted: Posted) -> str:
+        return "\n".join(str(message) for message in self.fake.messages(posted.ref["channel"]))
+
+    async def assert_no_buttons_left(self) -> None:
+        # Ephemeral messages (refusals, personal links) cannot be edited by a bot, and Slack drops them
+        # on reload; every message that stays must have lost its buttons.
+        for message in self.fake.messages():
+            assert buttons(message) == {}, message
+
     async def assert_refused(self, action: Action) -> None:
         call = await self.ephemeral(action)
         assert "not authorized" in call["text"].lower(), call.args
@@ -123,6 +149,16 @@ class SlackDriver(ConnectorDriver):
         shown = message["text"] + "\n" + str(message["blocks"])
         assert outcome.lower() in shown.lower(), shown
         assert buttons(message) == {}, buttons(message)
+
+
+def shown(message: dict[str, Any]) -> str:
+    """A message as people read it: its blocks' text (mrkdwn's bold marks dropped), then its buttons."""
+    lines = []
+    for block in message.get("blocks") or []:
+        for part in [block.get("text") or {}, *(block.get("elements") or [])]:
+            text = part.get("text")
+            lines.append(text["text"] if isinstance(text, dict) else str(text or ""))
+    return "\n".join(line for line in lines if line).replace("*", "")
 
 
 @register_driver("slack")

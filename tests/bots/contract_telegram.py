@@ -59,6 +59,9 @@ class TelegramDriver(ConnectorDriver):
     def principal(self) -> str:
         return f"telegram:{ALLOWED}"
 
+    def display_name(self) -> str:
+        return "Alice (@alice)"
+
     # -- the human's side ------------------------------------------------------
 
     def message(self, posted: Posted) -> StoredMessage:
@@ -80,20 +83,22 @@ class TelegramDriver(ConnectorDriver):
                     user_id: int | None = None) -> Action:
         data = self.button(posted, choice)["callback_data"]
         user = user_id if user_id is not None else (STRANGER if stranger else ALLOWED)
+        seen = len(self.tg.calls)
         update = self.tg.make_callback(chat_id=posted.ref["chat_id"], user_id=user,
                                        message_id=posted.ref["message_id"], data=data)
         self.push(update)
         return Action(posted=posted, kind="press", stranger=stranger,
-                      handle={"query_id": update["callback_query"]["id"]})
+                      handle={"query_id": update["callback_query"]["id"], "user": user, "seen": seen})
 
     async def reply(self, posted: Posted, text: str, *, stranger: bool = False,
                     user_id: int | None = None, to_message_id: int | None = None) -> Action:
         user = user_id if user_id is not None else (STRANGER if stranger else ALLOWED)
+        seen = len(self.tg.calls)
         update = self.tg.make_text_message(chat_id=posted.ref["chat_id"], user_id=user, text=text,
                                            reply_to_message_id=to_message_id or posted.ref["message_id"])
         self.push(update)
         return Action(posted=posted, kind="reply", stranger=stranger,
-                      handle={"message_id": update["message"]["message_id"]})
+                      handle={"message_id": update["message"]["message_id"], "user": user, "seen": seen})
 
     async def open_form(self, posted: Posted, *, stranger: bool = False, user_id: int | None = None) -> str | None:
         """Tap "Open form" as a person would: in a group it is a ``t.me/<bot>?start=<token>`` deep
@@ -130,6 +135,44 @@ class TelegramDriver(ConnectorDriver):
             return to == message_id and containing.lower() in str(call.params.get("text", "")).lower()
 
         return await self.tg.wait_for_call("sendMessage", predicate=quoting)
+
+    async def told(self, action: Action) -> str:
+        if action.kind == "press":
+            return str((await self.callback_answer(action)).params.get("text", ""))
+        seen, user, chat_id = action.handle["seen"], action.handle["user"], action.posted.ref["chat_id"]
+
+        def to_them(call: Call) -> bool:
+            made = next(i for i, c in enumerate(self.tg.calls) if c is call)
+            return made >= seen and call.ok and call.params.get("chat_id") in (chat_id, user)
+
+        return str((await self.tg.wait_for_call("sendMessage", predicate=to_them)).params.get("text", ""))
+
+    async def assert_removed(self, action: Action) -> None:
+        message_id = action.handle["message_id"]
+        await self.tg.wait_for_call("deleteMessage", predicate=lambda c: c.params.get("message_id") == message_id)
+        assert self.tg.message(action.posted.ref["chat_id"], message_id).deleted
+
+    async def question_text(self, posted: Posted) -> str:
+        message = self.message(posted)
+        labels = [b["text"] for row in (message.reply_markup or {}).get("inline_keyboard", []) for b in row]
+        return "\n".join([message.text or "", *labels])
+
+    async def outcome_text(self, posted: Posted) -> str:
+        return self.message(posted).text or ""
+
+    async def shared_view(self, posted: Posted) -> str:
+        shown = []
+        for message in self.tg.messages(posted.ref["chat_id"]):
+            if message.from_bot and not message.deleted:
+                shown.append(f"{message.text}\n{message.reply_markup}")
+        return "\n".join(shown)
+
+    async def assert_no_buttons_left(self) -> None:
+        # The withdraw strips private links before it edits the question, which assert_withdrawn awaited.
+        for chat_id in (CHAT, ALLOWED, STRANGER):
+            for message in self.tg.messages(chat_id):
+                if message.from_bot:
+                    assert not (message.reply_markup or {}).get("inline_keyboard"), (chat_id, message)
 
     async def assert_refused(self, action: Action) -> None:
         if action.kind == "press":

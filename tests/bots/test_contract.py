@@ -6,6 +6,7 @@ Drivers live in ``tests/bots/contract_<name>.py`` (see ``tests/bots/contract.py`
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from conftest import Api
 
+from handraise.core import wording
+from handraise.core.appkeys import SERVICE
 from tests.bots.contract import ConnectorDriver, load_drivers
 
 DRIVERS = load_drivers()
@@ -20,7 +23,11 @@ DRIVERS = load_drivers()
 
 @pytest.fixture(params=sorted(DRIVERS))
 def driver(request: pytest.FixtureRequest) -> ConnectorDriver:
-    return DRIVERS[request.param](request)
+    made = DRIVERS[request.param](request)
+    reason = made.pending.get(request.function.__name__)
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+    return made
 
 
 @pytest.fixture
@@ -87,3 +94,159 @@ async def test_chat_reply_to_sensitive_request_is_refused(driver: ConnectorDrive
     assert await status_of(api, request["id"]) == "pending"
     status, body = await api.call("GET", f"/v1/requests/{request['id']}/wait", params={"timeout": "0"})
     assert status == 200 and "493817" not in str(body)
+
+
+# -- issue 10: secrets, personal links, casual remarks, stale buttons, outcome wording -------------
+
+SECRET = "ghp_" + "0123456789abcdefghijABCDEFGHIJ012345"
+
+
+async def everything_stored(api: Api, request_id: str) -> str:
+    """The request as the agent and an operator read it, and its journal, as one text."""
+    _, body = await api.call("GET", f"/v1/requests/{request_id}")
+    journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+    return str(body) + str(journal)
+
+
+async def test_secret_shaped_reply_is_refused_removed_and_never_stored(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-secret", message_for_user="Which repository token should I use?"))
+    posted = await driver.posted(api, request)
+
+    action = await driver.reply(posted, f"use this: {SECRET}")
+    told = await driver.told(action)
+    assert "looked like a secret" in told and "form" in told, told
+    if driver.removes_replies:
+        await driver.assert_removed(action)
+    assert await status_of(api, request["id"]) == "pending"
+    assert SECRET not in await everything_stored(api, request["id"])
+
+    await driver.reply(posted, "the deploy key, not a token")
+    done = await api.wait(request["id"], timeout=15)
+    assert done["response"] == "the deploy key, not a token"
+    assert SECRET not in await everything_stored(api, request["id"])
+
+
+async def test_casual_remarks_on_an_approval_change_nothing(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-remarks", kind="approval"))
+    posted = await driver.posted(api, request)
+
+    for remark in ("no idea, asking @bob", "ok, let me look at the graphs first", "n/a"):
+        told = (await driver.told(await driver.reply(posted, remark))).lower()
+        assert "approve" in told and "reject" in told and "nothing was changed" in told, (remark, told)
+        assert len(told) < 200, told  # a short hint, not the question again
+    assert await status_of(api, request["id"]) == "pending"
+    journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request["id"])
+    assert not [e for e in journal if e["event"] == "answered"]
+
+
+@pytest.mark.parametrize(("typed", "decision"), [
+    ("approve", {"decision": "approve"}),
+    ("lgtm", {"decision": "approve"}),
+    ("reject: too risky", {"decision": "reject", "reason": "too risky"}),
+])
+async def test_a_decision_on_its_own_decides_where_typed_decisions_are_taken(
+        driver: ConnectorDriver, api: Api, typed: str, decision: dict[str, Any]) -> None:
+    request = await api.create(ask(driver, "c-decision", kind="approval"))
+    posted = await driver.posted(api, request)
+
+    action = await driver.reply(posted, typed)
+    if driver.typed_decisions:
+        done = await api.wait(request["id"], timeout=15)
+        assert (done["response"], done["answered_by"]) == (decision, driver.principal())
+    else:
+        told = (await driver.told(action)).lower()
+        assert "approve" in told and "reject" in told and "nothing was changed" in told, told
+        assert await status_of(api, request["id"]) == "pending"
+
+
+async def test_a_templates_placeholder_is_not_a_value(driver: ConnectorDriver, api: Api) -> None:
+    schema = {"type": "object", "required": ["host", "port"],
+              "properties": {"host": {"type": "string", "title": "Host"}, "port": {"type": "integer", "title": "Port"}}}
+    request = await api.create(ask(driver, "c-placeholder", schema=schema))
+    posted = await driver.posted(api, request)
+
+    told = await driver.told(await driver.reply(posted, "host: …\nport: 5432"))
+    assert "host" in told.lower() and "not valid" in told.lower(), told
+    assert await status_of(api, request["id"]) == "pending"
+
+    await driver.reply(posted, "host: db.internal\nport: 5432")
+    done = await api.wait(request["id"], timeout=15)
+    assert done["response"] == {"host": "db.internal", "port": 5432}
+
+
+async def test_a_link_reached_through_the_chat_is_personal(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-link", kind="approval"))
+    posted = await driver.posted(api, request)
+
+    assert "/f/" not in await driver.shared_view(posted)  # nothing anyone in the chat could open
+    assert await driver.open_form(posted, stranger=True) is None
+    url = await driver.open_form(posted)
+    assert url is not None and "/f/" in url, url
+
+    token = url.rsplit("/f/", 1)[1]
+    await api.app[SERVICE].submit_link(token=token, response={"decision": "reject", "reason": "not today"})
+    done = await api.wait(request["id"], timeout=15)
+    assert (done["answered_by"], done["answered_via"]) == (driver.principal(), driver.channel)
+    assert done["response"] == {"decision": "reject", "reason": "not today"}
+
+
+async def test_no_message_about_an_ended_request_keeps_a_button(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-stale", kind="approval"))
+    posted = await driver.posted(api, request)
+
+    await driver.assert_refused(await driver.press(posted, "approve", stranger=True))
+    await driver.told(await driver.reply(posted, f"use this: {SECRET}"))  # a notice about the request
+    await driver.open_form(posted)  # a private message with the person's link
+    await driver.press(posted, "approve")
+    assert (await api.wait(request["id"], timeout=15))["status"] == "answered"
+    await driver.assert_withdrawn(posted, "approved")
+    await driver.assert_no_buttons_left()
+
+
+async def test_outcomes_say_the_decision_the_reason_and_who(driver: ConnectorDriver, api: Api) -> None:
+    rejected = await api.create(ask(driver, "c-rejected", kind="approval"))
+    posted = await driver.posted(api, rejected)
+    assert (await api.submit("c-rejected", {"decision": "reject", "reason": "too risky"}))[0] == 200
+    await driver.assert_withdrawn(posted, "rejected")
+    shown = await driver.outcome_text(posted)
+    assert "❌" in shown and "Rejected" in shown and "too risky" in shown, shown
+    assert "✅" not in shown, shown
+
+    approved = await api.create(ask(driver, "c-approved", kind="approval"))
+    posted = await driver.posted(api, approved)
+    await driver.press(posted, "approve")
+    await driver.assert_withdrawn(posted, "approved")
+    shown = await driver.outcome_text(posted)
+    assert "✅" in shown and f"Approved by {driver.display_name()}" in shown, shown
+
+
+async def test_outcomes_show_fields_in_schema_order_never_a_sensitive_answer(driver: ConnectorDriver,
+                                                                             api: Api) -> None:
+    schema = {"type": "object", "required": ["zone", "count"],
+              "properties": {"zone": {"type": "string", "title": "Target zone"},
+                             "count": {"type": "integer", "title": "Replica count"}}}
+    form = await api.create(ask(driver, "c-form", schema=schema))
+    posted = await driver.posted(api, form)
+    assert (await api.submit("c-form", {"count": 3, "zone": "eu-west"}))[0] == 200
+    await driver.assert_withdrawn(posted, "answered")
+    shown = await driver.outcome_text(posted)
+    assert "Target zone: eu-west" in shown and "Replica count: 3" in shown, shown
+    assert shown.index("Target zone") < shown.index("Replica count"), shown
+
+    private = await api.create(ask(driver, "c-private", sensitive=True, schema={"type": "string"}))
+    posted = await driver.posted(api, private)
+    assert (await api.submit("c-private", "493817"))[0] == 200
+    await driver.assert_withdrawn(posted, "answered")
+    assert "493817" not in await driver.outcome_text(posted)
+
+
+async def test_deadlines_read_in_the_tenants_time_zone(driver: ConnectorDriver, tmp_path: Path) -> None:
+    driver.timezone = "Asia/Kathmandu"  # +05:45: no other zone's clock reads the same
+    async with driver.running(f"sqlite:///{tmp_path / 'zone.db'}") as api:
+        request = await api.create(ask(driver, "c-zone", kind="approval"))
+        posted = await driver.posted(api, request)
+        expires = dt.datetime.fromisoformat(request["expires_at"].replace("Z", "+00:00")).timestamp()
+        expected = wording.when(expires, wording.zone(driver.timezone))
+        assert expected.endswith("+0545")
+        shown = await driver.question_text(posted)
+        assert expected in shown, (expected, shown)
