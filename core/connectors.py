@@ -336,7 +336,8 @@ class Connector(ABC):
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         """The request is terminal: show its outcome where it was posted and remove its buttons.
 
-        Must be idempotent: with several instances the same message may be withdrawn twice.
+        Must be idempotent: a retry after a lost reply edits again. Instances never both call it for one
+        delivery (the dispatcher claims it first: ``Store.claim_withdrawal``).
         """
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:

@@ -314,44 +314,65 @@ class Dispatcher:
         if delivery_id in self._withdrawing:
             return
         self._withdrawing.add(delivery_id)
+        store = self.service.store
         try:
-            row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
-            if row is None or row["status"] == "withdrawn":
+            # Several instances may see the same sent message end (the resolver's withdraw pass, the
+            # sender's check after sending): the claim lets exactly one of them edit it.
+            now = self.service.clock()
+            if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
                 return
-            if row["ref_json"]:
-                ref = json.loads(row["ref_json"])  # the freshest, with any reminder refs
-            refs = [_main_ref(ref), *ref.get(REMINDER_REFS, [])]
-            backoff = self._backoff()
-            for attempt in range(1, self.withdraw_attempts + 1):
-                try:
-                    for one in refs:
-                        await connector.withdraw(view, target=target, ref=one)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    error = _as_connector_error(e)
-                    message = _error_text(error)
-                    final = error.permanent or attempt >= self.withdraw_attempts
-                    await self.service.store.update_delivery(delivery_id, last_error=message)
-                    await self.service.journal(
-                        tenant_id=view.tenant_id, event="withdraw_failed", request_id=view.id, run_id=view.run_id,
-                        channel=connector.name,
-                        data={"target": target, "attempt": attempt, "error": message, "final": final})
-                    log.warning("withdraw failed", extra={"request_id": view.id, "channel": connector.name,
-                                                          "attempt": attempt, "error": message[:200]})
-                    if final:
-                        return
-                    pause = backoff.next()
-                    await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
-                    continue
-                await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
-                self._count(connector.name, "withdrawn")
-                await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,
-                                           run_id=view.run_id, channel=connector.name,
-                                           data={"target": target, "status": view.status})
-                return
+            try:
+                await self._withdraw_claimed(connector, view, target, delivery_id, ref)
+            finally:
+                # Failed for good, or stopped: a claim still held is given back (the message is still up).
+                with contextlib.suppress(Exception):
+                    await store.release_withdrawal(delivery_id, now=self.service.clock())
         finally:
             self._withdrawing.discard(delivery_id)
+
+    def _claim_stale(self) -> float:
+        """How long a withdraw claim lasts untouched: a live holder updates its row at least once per
+        attempt, and waits at most ``backoff_cap`` between attempts."""
+        return 2 * self.backoff_cap + 60
+
+    async def _withdraw_claimed(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                                ref: dict[str, Any]) -> None:
+        """Edit every message of a claimed delivery, retried; ``withdrawn`` once done."""
+        row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
+        if row is None:
+            return
+        if row["ref_json"]:
+            ref = json.loads(row["ref_json"])  # the freshest, with any reminder refs
+        refs = [_main_ref(ref), *ref.get(REMINDER_REFS, [])]
+        backoff = self._backoff()
+        for attempt in range(1, self.withdraw_attempts + 1):
+            try:
+                for one in refs:
+                    await connector.withdraw(view, target=target, ref=one)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                error = _as_connector_error(e)
+                message = _error_text(error)
+                final = error.permanent or attempt >= self.withdraw_attempts
+                await self.service.store.update_delivery(delivery_id, last_error=message)
+                await self.service.journal(
+                    tenant_id=view.tenant_id, event="withdraw_failed", request_id=view.id, run_id=view.run_id,
+                    channel=connector.name,
+                    data={"target": target, "attempt": attempt, "error": message, "final": final})
+                log.warning("withdraw failed", extra={"request_id": view.id, "channel": connector.name,
+                                                      "attempt": attempt, "error": message[:200]})
+                if final:
+                    return
+                pause = backoff.next()
+                await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
+                continue
+            await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
+            self._count(connector.name, "withdrawn")
+            await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,
+                                       run_id=view.run_id, channel=connector.name,
+                                       data={"target": target, "status": view.status})
+            return
 
     async def _delivery_row(self, tenant_id: str, request_id: str, delivery_id: int) -> dict[str, Any] | None:
         rows = await self.service.store.deliveries_for(tenant_id, request_id)

@@ -98,7 +98,8 @@ class DeliveryRow(SQLModel, table=True):
     request_id: str = Field(max_length=64)
     channel: str = Field(max_length=32)
     target: str = Field(max_length=300)
-    # pending | sent | failed | withdrawn | bounced (a mail the recipient's server returned later)
+    # pending | sent | failed | withdrawing (one instance is editing its message) | withdrawn
+    # | bounced (a mail the recipient's server returned later)
     status: str = Field(max_length=16)
     attempts: int = 0
     last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -127,6 +127,15 @@ _FIND_DELIVERY = select(deliveries_t.c.id).where(
     deliveries_t.c.target == _b("target"))
 _INSERT_DELIVERY = insert(deliveries_t)
 _UPDATE_DELIVERY = update(deliveries_t).where(deliveries_t.c.id == _b("w_id"))
+# One instance withdraws a message: sent → withdrawing, or a claim whose holder went quiet (it died mid-edit).
+_CLAIM_WITHDRAWAL = update(deliveries_t).where(
+    deliveries_t.c.id == _b("w_id"),
+    (deliveries_t.c.status == "sent")
+    | ((deliveries_t.c.status == "withdrawing") & (deliveries_t.c.updated_at < _b("w_stale_before"))),
+).values(status="withdrawing", updated_at=_b("w_now"))
+_RELEASE_WITHDRAWAL = (update(deliveries_t)
+                       .where(deliveries_t.c.id == _b("w_id"), deliveries_t.c.status == "withdrawing")
+                       .values(status="sent", updated_at=_b("w_now")))
 _DELIVERIES_FOR = (select(deliveries_t)
                    .where(deliveries_t.c.tenant_id == _b("tenant_id"), deliveries_t.c.request_id == _b("request_id"))
                    .order_by(deliveries_t.c.id))
@@ -581,6 +590,16 @@ class Store:
             await conn.run(rowcount, _UPDATE_DELIVERY, params)
             return
         await self._write(rowcount, _UPDATE_DELIVERY, params)
+
+    async def claim_withdrawal(self, delivery_id: int, *, now: float, stale_before: float) -> bool:
+        """Compare-and-set a sent delivery to ``withdrawing``: True for the one instance that then edits or
+        removes the message. A claim not touched since ``stale_before`` is taken over."""
+        params = {"w_id": delivery_id, "w_now": now, "w_stale_before": stale_before}
+        return await self._write(rowcount, _CLAIM_WITHDRAWAL, params) == 1
+
+    async def release_withdrawal(self, delivery_id: int, *, now: float) -> None:
+        """A claimed withdrawal that did not happen: the message is still up, the delivery ``sent`` again."""
+        await self._write(rowcount, _RELEASE_WITHDRAWAL, {"w_id": delivery_id, "w_now": now})
 
     async def deliveries_for(self, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
         return await self._read(all_rows, _DELIVERIES_FOR, {"tenant_id": tenant_id, "request_id": request_id})

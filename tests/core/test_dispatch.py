@@ -339,3 +339,50 @@ async def test_a_stop_lets_outcome_edits_in_flight_finish(sqlite_url: str) -> No
         connector.release.set()
         await asyncio.wait_for(stopping, 5)
         assert [t for t, _, _ in connector.withdrawn] == ["s1"]
+
+
+class GatedWithdrawConnector(SlowWithdrawConnector):
+    """Each instance's outcome edit waits at its gate, so two instances' edits can be under way at once."""
+
+    name = "gated"
+    serve = {"acme": ["g1"]}
+
+
+async def test_two_instances_seeing_one_message_end_withdraw_it_once(storage_url: str) -> None:
+    # The resolver's withdraw pass and the sender's check after sending can both see a sent delivery of a
+    # terminal request; without a compare-and-set on the delivery both edit (or delete) the message.
+    settings = settings_from(base_config(storage_url))
+    async with running_app(settings, connector_classes=[GatedWithdrawConnector]) as a, \
+            running_app(settings, connector_classes=[GatedWithdrawConnector]) as b:
+        ca, cb = a.app[CONNECTORS]["gated"], b.app[CONNECTORS]["gated"]
+        ca.release.set()
+        created = await a.create(question("once", ["gated"]))
+        await a.app[DISPATCHER].idle()
+        assert (await a.submit("once", {"decision": "approve"}))[0] == 200
+        await a.app[DISPATCHER].idle()  # a withdrew it once, as the resolver
+        assert len(ca.withdrawn) == 1 and cb.withdrawn == []
+
+        # Both instances now race for the same sent delivery of the terminal request.
+        ca.withdrawn.clear()
+        ca.release.clear()
+        ca.withdraw_started.clear()
+        service = a.app[SERVICE]
+        row, = await service.store.deliveries_for("acme", created["id"])
+        await service.store.update_delivery(row["id"], status="sent")  # as if b's pass had not run yet
+        view = await service.get(tenant_id="acme", request_id=created["id"])
+        ref = {"message": "g1"}
+        tasks = [asyncio.create_task(a.app[DISPATCHER]._withdraw_one(ca, view, "g1", row["id"], ref)),
+                 asyncio.create_task(b.app[DISPATCHER]._withdraw_one(cb, view, "g1", row["id"], ref))]
+        both_started = asyncio.create_task(asyncio.wait(
+            [asyncio.create_task(ca.withdraw_started.wait()), asyncio.create_task(cb.withdraw_started.wait())]))
+        # Either both edits get under way (the race), or one instance stands aside and returns.
+        await asyncio.wait([both_started, *tasks], return_when=asyncio.FIRST_COMPLETED, timeout=30)
+        ca.release.set()
+        cb.release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        both_started.cancel()
+        assert len(ca.withdrawn) + len(cb.withdrawn) == 1
+        row, = await service.store.deliveries_for("acme", created["id"])
+        assert row["status"] == "withdrawn"
+        withdrawn = [e for e in await journal_events(a, created["id"]) if e["event"] == "withdrawn"]
+        assert len(withdrawn) == 2  # the first pass, then one of the two racers
