@@ -19,7 +19,7 @@ from handraise.core.api import RequestView
 from handraise.core.config import Settings
 from handraise.core.connectors import AnswerOutcome, Connector
 from handraise.core.errors import ConfigError, GoneError, NotFoundError
-from handraise.core.redaction import redact
+from handraise.core.redaction import is_secret_shaped
 from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
 from handraise.core.schema.chat import parse_decision
 
@@ -136,7 +136,7 @@ class ChatConnector(Connector):
             return _said("not_found")
         typed = value is _MISSING
         removed: bool | None = None
-        kept_out = typed and text is not None and (wording.form_only(view) or redact(text) != text)
+        kept_out = typed and text is not None and (wording.form_only(view) or is_secret_shaped(text))
         if kept_out:
             removed = await self.remove_message(message)
         if not typed or text is None:

@@ -2,8 +2,9 @@
 
 Modules log with ``logging.getLogger(__name__)`` and pass ids in ``extra``; the
 formatter renders those as fields. Values, keys and tokens are never passed, and
-every rendered line goes through :func:`mask_tokens` as well, so a one-time link
-token that reaches a message or a traceback (an error under ``/f/``) is replaced.
+every rendered line goes through :func:`mask_tokens` and the redactor as well, so a
+one-time link token or a secret-shaped string that reaches a message or a traceback
+(an error under ``/f/``, a library's error quoting a URL with a bot token) is replaced.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aiohttp.web import BaseRequest, StreamResponse
 
 from handraise.core.appkeys import METRICS
 from handraise.core.config import LoggingSettings
+from handraise.core.redaction import redact
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
 
@@ -78,13 +80,13 @@ def _extra_fields(_logger: object, _name: str, event_dict: dict) -> dict:
 
 
 class _Masked:
-    """The last renderer, then :func:`mask_tokens` over the whole line (tracebacks included)."""
+    """The last renderer, then :func:`mask_tokens` and :func:`redact` over the whole line (tracebacks included)."""
 
     def __init__(self, renderer: Any) -> None:
         self.renderer = renderer
 
     def __call__(self, logger: Any, name: str, event_dict: dict) -> str:
-        return mask_tokens(str(self.renderer(logger, name, event_dict)))
+        return redact(mask_tokens(str(self.renderer(logger, name, event_dict))))
 
 
 def configure_logging(settings: LoggingSettings, *, stream: object = None) -> None:

@@ -1,13 +1,22 @@
 """One redactor for untrusted text: secret-shaped material becomes ``[REDACTED]``, the rest stays.
 
-Used before storing corrections, notes and chat replies (DESIGN invariant 9).
+Used before storing corrections, notes and chat replies (DESIGN invariant 9), by the chat
+refusal (:func:`is_secret_shaped`) and over every log line: one detector, judged by the corpus in
+tests/core/test_redaction_corpus.py.
 
 What counts as secret-shaped, and what deliberately does not:
 
-* Known token shapes (AWS key ids, GitHub, Slack, JWT, OpenAI, Stripe, Google,
-  PEM private keys), ``Bearer``/``Basic`` credentials, the password in a URL,
-  and the value of ``password=``/``token:``/``api_key=`` style pairs (the key
-  name stays so a reader knows what was there).
+* Known token shapes (AWS key ids, GitHub, GitLab, Slack, JWT, OpenAI and
+  Anthropic ``sk-…``, Stripe, SendGrid, Google, npm, PyPI, Hugging Face,
+  Telegram bot tokens, PEM private keys), ``Bearer``/``Basic`` credentials, the
+  password in a URL, and the value of ``password=``/``token:``/``api_key=``
+  style pairs (the key name stays so a reader knows what was there).
+* Codes after a code word: ``pin: 4821``, ``OTP=123456``, ``verification
+  code: 482 913``, ``cvv: 123`` (3 to 12 digits; ``GPIO pin: 13`` stays).
+* ``sk-`` bodies of 16+ characters count when a part mixes letters and
+  digits, one part is 16+ characters long, or the body looks random; so
+  ``sk-canary-rfc0056-do-not-leak-abc123`` and ``sk-abcdefghijklmnop`` go and
+  ``sk-learn-is-a-library`` stays.
 * Long (32+) runs of base64/hex-ish characters that look random: they mix
   letters and digits, have high Shannon entropy, and are not made of words
   (camelCase, snake_case, paths: few long tokens) the way identifiers are.
@@ -28,7 +37,7 @@ from collections import Counter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REDACTED", "redact", "redact_value"]
+__all__ = ["REDACTED", "is_secret_shaped", "redact", "redact_value"]
 
 REDACTED = "[REDACTED]"
 
@@ -40,6 +49,13 @@ _PEM_BLOCK = re.compile(
 )
 
 # Whole-match token shapes. Each has a fixed prefix, so prose never matches.
+# Public material: certificates and public keys are meant to be shown; their base64 is left alone.
+_PUBLIC_PEM = re.compile(
+    r"-----BEGIN (?P<label>CERTIFICATE|PUBLIC KEY|RSA PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST"
+    r"|NEW CERTIFICATE REQUEST|PGP PUBLIC KEY BLOCK|PGP SIGNATURE)-----.*?-----END (?P=label)-----",
+    re.DOTALL,
+)
+
 _TOKENS = re.compile(
     "|".join(
         [
@@ -52,15 +68,39 @@ _TOKENS = re.compile(
             r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b",  # Stripe secret/restricted
             r"\bwhsec_[A-Za-z0-9+/=]{20,}",  # Stripe webhook secret
             r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
+            r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab personal access token
+            r"\bgl(?:dt|ptt|rt|cbt|oas)-[A-Za-z0-9_-]{20,}",  # GitLab deploy, trigger, runner, CI tokens
+            r"\bSG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}",  # SendGrid
+            r"\bnpm_[A-Za-z0-9]{36}\b",  # npm
+            r"\bpypi-AgE[A-Za-z0-9_-]{16,}",  # PyPI (a macaroon: always "AgE…")
+            r"\bhf_[A-Za-z0-9]{30,}\b",  # Hugging Face
         ]
     )
 )
-# OpenAI-style "sk-…" is checked apart: "sk-learn-is-a-library" must survive.
-_SK_TOKEN = re.compile(r"\bsk-(?P<body>[A-Za-z0-9_-]{20,})")
+# Telegram bot token, also inside an API URL (".../bot<token>/sendMessage"). Apart from _TOKENS: a
+# leading lookbehind there would cost the whole alternation its first-character shortcut.
+_TELEGRAM_TOKEN = re.compile(r"(?:(?<![A-Za-z0-9])|(?<=bot))[0-9]{6,12}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])")
+# OpenAI/Anthropic-style "sk-…" is checked apart: "sk-learn-is-a-library" must survive.
+_SK_TOKEN = re.compile(r"\bsk-(?P<body>[A-Za-z0-9_-]{16,})")
+_SK_PARTS = re.compile(r"[_-]")
+_SK_LONG_PART = 16
 
 _SECRET_NAMES = (
-    r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey"
-    r"|(?:access|secret|private|signing|encryption|master|client)[_-]?key|credentials?)"
+    r"(?:password|passwd|passphrase|passcode|pwd|secret|token|api[_-]?key|apikey"
+    r"|(?:access|secret|private|signing|encryption|master|client)[_-]?key|credentials?"
+    # The same words elsewhere: German, Dutch, Spanish, Portuguese, Swedish, Finnish, Italian.
+    r"|passwort|kennwort|wachtwoord|contrase\u00f1a|senha|l\u00f6senord|salasana)"
+)
+# Words naming a short numeric code. The name ends at the separator and starts a word or follows
+# "_", "-" or ".", so "spin: 3000" and "otp_length: 6" stay; the value must be 3 to 12 digits.
+_CODE_NAMES = (
+    r"(?:(?:[A-Za-z0-9_.-]*[_.-])?(?:pin|otp|totp|hotp|cvv2?|cvc2?|mfa|2fa)(?:[ _-]?(?:code|number|no))?"
+    r"|(?:one[ _-]time|verification|security|auth(?:entication)?|login|sms|2fa|mfa)[ _-](?:code|pin|passcode))"
+)
+_CODE_PAIR = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<key>(?i:" + _CODE_NAMES + r"))"
+    r"(?P<keyquote>[\"']?)(?P<sep>[ \t]*[:=][ \t]*)(?P<quote>[\"']?)"
+    r"(?P<code>[0-9](?:[ -]?[0-9]){2,11})(?![A-Za-z0-9])"
 )
 # The name may carry a prefix (aws_secret_access_key, db.password, X-Auth-Token)
 # but must end at the separator, so max_tokens= or token_type: stay.
@@ -69,7 +109,7 @@ _PAIR = re.compile(
     r"(?P<keyquote>[\"']?)(?P<sep>[ \t]*[:=][ \t]*)"
     r"(?:(?P<done>\[REDACTED\])|\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"',;&<>)\]}]+))"
 )
-_SECRET_KEY = re.compile(r"(?i:[A-Za-z0-9_.-]*?" + _SECRET_NAMES + r")")
+_SECRET_KEY = re.compile(r"(?i:[A-Za-z0-9_.-]*?" + _SECRET_NAMES + r"|" + _CODE_NAMES + r")")
 
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>(?i:bearer|basic))[ \t]+(?P<token>[A-Za-z0-9._~+/=-]{8,})")
 # Bounded scheme and user: unbounded ones rescan a long "x-x-x-…" from every
@@ -80,6 +120,12 @@ _URL_PASSWORD = re.compile(
 _SLACK_WEBHOOK = re.compile(r"(?P<head>https://hooks\.slack\.com/(?:services|workflows)/)[A-Za-z0-9/_-]+")
 
 _RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+_EQUALS_PART = re.compile(r"[A-Za-z0-9+/_-]+=*|=+")
+_CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*[(\[]")
+# Literals and the keywords that start an expression: `token = await fetchToken()`.
+_NOT_VALUES = frozenset({"None", "null", "nil", "undefined", "true", "false", "True", "False", "NULL",
+                         "await", "new", "yield"})
+_ENV_REFERENCE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _TOKEN = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -105,14 +151,33 @@ def redact(text: str) -> str:
     """``text`` with every secret-shaped part replaced by ``[REDACTED]``."""
     if not isinstance(text, str):
         raise TypeError(f"redact() takes a str, not {type(text).__name__}")
+    if "-----BEGIN " in text and _PUBLIC_PEM.search(text):
+        # Only the text around public blocks is judged; the blocks themselves stay whole.
+        out, last = [], 0
+        for block in _PUBLIC_PEM.finditer(text):
+            out += [_redact(text[last:block.start()]), block[0]]
+            last = block.end()
+        return "".join([*out, _redact(text[last:])])
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     text = _PEM_BLOCK.sub(REDACTED, text)
     text = _TOKENS.sub(REDACTED, text)
+    if ":AA" in text:
+        text = _TELEGRAM_TOKEN.sub(REDACTED, text)
     text = _SK_TOKEN.sub(_redact_sk, text)
     text = _AUTH_SCHEME.sub(_redact_auth, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}@", text)
     text = _SLACK_WEBHOOK.sub(lambda m: f"{m['head']}{REDACTED}", text)
     text = _PAIR.sub(_redact_pair, text)
+    text = _CODE_PAIR.sub(lambda m: f"{m['key']}{m['keyquote']}{m['sep']}{m['quote']}{REDACTED}", text)
     return _RUN.sub(_redact_run, text)
+
+
+def is_secret_shaped(text: str) -> bool:
+    """Whether :func:`redact` would change ``text``: the one test for "secret-shaped" (chat refusals)."""
+    return redact(text) != text
 
 
 def redact_value(value: object) -> object:
@@ -140,7 +205,9 @@ def redact_value(value: object) -> object:
 
 def _redact_sk(match: re.Match[str]) -> str:
     body = match["body"]
-    if any(c.isdigit() for c in body) and any(c.isupper() for c in body) or _looks_random(body):
+    parts = [p for p in _SK_PARTS.split(body) if p]
+    mixed = any(any(c.isdigit() for c in p) and any(c.isalpha() for c in p) for p in parts)
+    if mixed or any(len(p) >= _SK_LONG_PART for p in parts) or _looks_random(body):
         return REDACTED
     return match[0]
 
@@ -155,7 +222,8 @@ def _redact_auth(match: re.Match[str]) -> str:
 
 def _redact_pair(match: re.Match[str]) -> str:
     head = f"{match['key']}{match['keyquote']}{match['sep']}"
-    if match["done"] is not None:
+    bare = match["bare"]
+    if match["done"] is not None or (bare is not None and _is_code_reference(bare)):
         return match[0]
     if match["dq"] is not None:
         return f'{head}"{REDACTED}"' if match["dq"] else match[0]
@@ -164,8 +232,19 @@ def _redact_pair(match: re.Match[str]) -> str:
     return f"{head}{REDACTED}"
 
 
+def _is_code_reference(value: str) -> bool:
+    # `password = os.environ[...]`, `token=get_token(...)`, `password=None`, `PASSWORD=${DB_PASSWORD}`:
+    # source code and templates name where a secret comes from, not the secret.
+    return _CALL.match(value) is not None or value in _NOT_VALUES or _ENV_REFERENCE.fullmatch(value) is not None
+
+
 def _redact_run(match: re.Match[str]) -> str:
     run = match[0]
+    inner = run.rstrip("=")
+    if "=" in inner:
+        # "sha512=<digest>", "a=<key>": judge what stands on each side of "=" apart.
+        return "".join(_redact_run(part) if len(part[0]) >= _MIN_RUN else part[0]
+                       for part in _EQUALS_PART.finditer(run))
     pieces = _SEPARATORS.split(run)
     long_pieces = [p for p in pieces if len(p) >= _MIN_RUN]
     if long_pieces and any(_is_word(p) for p in pieces[::2]):

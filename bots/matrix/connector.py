@@ -50,7 +50,7 @@ from handraise.bots.matrix.settings import MatrixSettings
 from handraise.core.api import RequestView
 from handraise.core.connectors import AnswerOutcome, Connector, invalid_answer_text
 from handraise.core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
-from handraise.core.redaction import redact
+from handraise.core.redaction import is_secret_shaped
 from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
 from handraise.core.config import Settings
 
@@ -639,7 +639,7 @@ class MatrixConnector(Connector):
         if wording.form_only(view):  # sensitive, or a form with a secret field: never taken in chat
             await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
             return
-        if not reaction and not view.terminal and redact(text) != text:
+        if not reaction and not view.terminal and is_secret_shaped(text):
             await self._refuse_secret(room_id, event_id, view=view, sender=sender, notice=notice)
             return
         value, problems = self._read(view, text)

@@ -72,6 +72,25 @@ async def _access_line(buffer: io.StringIO, method: str, path: str) -> dict[str,
     raise AssertionError(f"no access line for {method} {path}: {buffer.getvalue()[-2000:]}")
 
 
+def test_a_secret_in_a_log_line_is_redacted_by_the_same_detector() -> None:
+    # A library error quoting a URL with a bot token, an exception echoing a key: the line keeps its words.
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    buffer = io.StringIO()
+    bot_token = "123456789:AA" + "h7Qx2LmZp9KtV3rWsYbN4cD8eF1gH6jK0"
+    canary = "sk-canary-rfc0056-" + "do-not-leak-abc123"
+    try:
+        configure_logging(LoggingSettings(level="INFO", format="json"), stream=buffer)
+        logging.getLogger("handraise.test").warning(
+            "POST https://api.telegram.org/bot%s/sendMessage failed; key %s; pin: 4821", bot_token, canary)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    line = buffer.getvalue()
+    assert bot_token not in line and canary not in line and "4821" not in line
+    assert "/sendMessage failed; key [REDACTED]; pin: [REDACTED]" in line
+
+
 def test_mask_tokens() -> None:
     token = "AbCdEf0123456789_-AbCdEf0123456789_-xyz12"
     assert mask_tokens(f"/f/{token}") == "/f/<token>"

@@ -174,34 +174,6 @@ def test_a_random_piece_of_a_url_path_goes_and_the_words_stay():
     assert redact(f"https://cdn.example.com/files/{key}/report.pdf") == f"https://cdn.example.com/files/{REDACTED}/report.pdf"
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Please deploy version 1.2.3 of billing-service to the canary cluster tomorrow morning.",
-        "The meeting moved to 2026-01-02T14:30:00Z; see https://example.com/calendar?week=2026-W01.",
-        "internationalizationcharacteristicsss",  # a 40-char run of letters, no digits
-        "thequickbrownfoxjumpsoverthelazydogagain",
-        "the-quick-brown-fox-jumps-over-the-lazy-dog-again",
-        "getUserAccountInformationFromDatabase2024",
-        "ThisIsAVeryLongCamelCaseIdentifierNameV2",
-        "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384",
-        "billing-service-deployment-7d9f8c6b5-x2x9z",
-        "/home/user/projects/handraise/tests/core/test_schema2.py",
-        "python3.11/site-packages/jsonschema_specifications/schemas/draft202012",
-        "https://github.com/owner/repo/commit/3f2a9c1b7e4d5a6f8091a2b3c4d5e6f708192a3b",
-        "https://docs.example.org/guide/getting-started/installation#step-2",
-        "request 123e4567-e89b-12d3-a456-426614174000 was answered",
-        "req_123e4567-e89b-12d3-a456-426614174000",
-        "12345678901234567890123456789012345678901234567890",
-        "Totals: 1,234,567.89 EUR; ratio 0.333333333333333333333",
-        "Ünïcödé têxt wïth àccents, 日本語のテキスト, and emoji 🎉🎉🎉",
-        "",
-    ],
-)
-def test_ordinary_text_is_untouched(text):
-    assert redact(text) == text
-
-
 @pytest.mark.parametrize("algorithm, length", [("sha1", 40), ("sha256", 64), ("sha512", 128)])
 def test_digests_are_identifiers_and_kept(algorithm, length):
     digest = hashlib.new(algorithm, b"x").hexdigest()
