@@ -6,6 +6,7 @@ Drivers live in ``tests/bots/contract_<name>.py`` (see ``tests/bots/contract.py`
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -250,3 +251,28 @@ async def test_deadlines_read_in_the_tenants_time_zone(driver: ConnectorDriver, 
         assert expected.endswith("+0545")
         shown = await driver.question_text(posted)
         assert expected in shown, (expected, shown)
+
+
+async def test_a_stranger_is_told_at_most_once_in_the_shared_chat(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-stranger-once"))
+    posted = await driver.posted(api, request)
+
+    await driver.assert_refused(await driver.reply(posted, "me?", stranger=True))
+    for text in ("hello?", "anyone?"):
+        await driver.reply(posted, text, stranger=True)
+    await driver.reply(posted, "Friday")
+    done = await api.wait(request["id"], timeout=15)
+    assert (done["response"], done["answered_by"]) == ("Friday", driver.principal())
+    await refusals(api, request["id"], count=3)
+    # Told privately (ephemeral, a private chat) where the messenger allows; in the chat once at most.
+    assert (await driver.shared_view(posted)).lower().count("not authorized") <= 1
+
+
+async def refusals(api: Api, request_id: str, *, count: int, timeout: float = 15) -> None:
+    """Return once the journal holds ``count`` refused answers of the request (each journaled as it is handled)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+            if sum(e["event"] == "answer_refused" for e in journal) >= count:
+                return
+            await asyncio.sleep(0.05)
