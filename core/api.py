@@ -185,6 +185,9 @@ class RequestView:
     resolved_via: str | None = None
     resolved_at: float | None = None
     deliveries: list[DeliveryView] = field(default_factory=list)
+    # When a person first opened its hosted form, and first tried to answer (a refused attempt).
+    opened_at: float | None = None
+    interacted_at: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -208,6 +211,7 @@ class RequestView:
             resolved_by=row["resolved_by"], resolved_via=row["resolved_via"], resolved_at=row["resolved_at"],
             deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
                                      d["updated_at"]) for d in (deliveries or [])],
+            opened_at=row.get("opened_at"), interacted_at=row.get("interacted_at"),
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -218,6 +222,10 @@ class RequestView:
             "sensitive": self.sensitive, "run_id": self.run_id, "channels": self.channels,
             "created_at": iso(self.created_at), "expires_at": iso(self.expires_at),
         }
+        if self.opened_at is not None:
+            out["opened_at"] = iso(self.opened_at)
+        if self.interacted_at is not None:
+            out["interacted_at"] = iso(self.interacted_at)
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
@@ -314,6 +322,9 @@ class RequestRecord(BaseModel):
     cancelled_by: str | None = None
     cancelled_at: datetime | None = None
     expired_at: datetime | None = None
+    opened_at: datetime | None = Field(default=None, description="When a person first opened its hosted form")
+    interacted_at: datetime | None = Field(default=None,
+                                           description="When a person first tried to answer and was refused")
     deliveries: list[DeliveryRecord] = Field(default_factory=list)
 
     @property

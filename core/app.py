@@ -34,7 +34,7 @@ from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
 from handraise.core.http import annotations as annotation_routes
 from handraise.core.http import events as events_routes
-from handraise.core.http import health, home, openapi
+from handraise.core.http import health, hitl, home, openapi
 from handraise.core.http import inbox as inbox_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
@@ -74,7 +74,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[METRICS] = metrics = Metrics(service=service)
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
-                  events_routes.routes, annotation_routes.routes, inbox_routes.routes):
+                  events_routes.routes, annotation_routes.routes, inbox_routes.routes, hitl.routes):
         app.router.add_routes(table)
 
     connectors: dict[str, Connector] = {}

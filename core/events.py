@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 REQUEST_CREATED = "request.created"
 REQUEST_RESOLVED = "request.resolved"
 RUN_ANNOTATED = "run.annotated"
+# Internal, not on ``GET /v1/events``: a person opened a request's form or first tried to answer
+# (``opened_at``/``interacted_at``); the HITL-protocol event stream turns it into review.opened/in_progress.
+REQUEST_PROGRESS = "request.progress"
 
 # Rebuilds an event's data from the store when it arrives from another instance:
 # (tenant_id, object id) -> data, or None when the object is gone.

@@ -51,6 +51,10 @@ class RequestRow(SQLModel, table=True):
     resolved_by: str | None = Field(default=None, max_length=300)
     resolved_via: str | None = Field(default=None, max_length=32)
     resolved_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    # When a person first opened the request's hosted form, and first tried to answer (a refused
+    # attempt): the HITL protocol's ``opened`` and ``in_progress`` (migration 0006).
+    opened_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    interacted_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
 
 
 class JournalRow(SQLModel, table=True):
@@ -234,3 +238,18 @@ class InboxSessionRow(SQLModel, table=True):
     # Absolute end; the idle end is last_seen_at plus the configured idle time.
     expires_at: float = Field(sa_column=Column(Float, nullable=False))
     ended_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+class HitlCaseRow(SQLModel, table=True):
+    """A request created through the HITL-protocol endpoints: what the protocol needs back (core/hitl.py)."""
+
+    __tablename__ = "hitl_cases"
+
+    # The case id is the request id.
+    request_id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    # approval | selection | input | confirmation
+    review_type: str = Field(max_length=16)
+    # What the agent declared it will do on expiry (skip | reject | abort): echoed, never acted on.
+    default_action: str = Field(max_length=16)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))

@@ -36,7 +36,7 @@ from handraise.core.errors import (
     UniqueIdReusedError,
     ValidationFailedError,
 )
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event, EventBus
+from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, Event, EventBus
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
 from handraise.core.sealing import Sealer
@@ -72,6 +72,7 @@ class RequestService:
         self.on_wake: Callable[[RequestView], None] | None = None
         bus.register_loader(REQUEST_CREATED, self._load_event_data)
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
+        bus.register_loader(REQUEST_PROGRESS, self._load_event_data)
         bus.add_listener(self._wake_on_event)
 
     # -- create ----------------------------------------------------------------
@@ -342,11 +343,45 @@ class RequestService:
         """Journal a refused answer and count it against the principal's attempt limit."""
         self.attempts.failed(principal)
         async with self.store.transaction() as conn:
-            await self.store.append_journal(conn, tenant_id=view.tenant_id, event="invalid_attempt",
-                                            request_id=view.id, run_id=view.run_id, principal=principal,
-                                            channel=channel, data={"errors": errors})
+            entry = await self.store.append_journal(conn, tenant_id=view.tenant_id, event="invalid_attempt",
+                                                    request_id=view.id, run_id=view.run_id, principal=principal,
+                                                    channel=channel, data={"errors": errors})
+            # The first attempt shows the request as being worked on (the HITL protocol's in_progress).
+            first_try = await self.store.reviews.mark_interacted(conn, tenant_id=view.tenant_id, request_id=view.id,
+                                                             now=entry.at)
+            if first_try:
+                await self._notify_progress(conn, view, seq=entry.seq)
         log.info("invalid answer", extra={"request_id": view.id, "via": channel,
                                           "fields": [e["field"] for e in errors]})
+        if first_try:
+            await self._progressed(view, seq=entry.seq)
+
+    async def link_opened(self, *, link: LinkView, view: RequestView) -> None:
+        """A person opened the request's hosted form: the first open is journaled and shown on the request.
+
+        Link previews (a chat's unfurler, a mail scanner) fetch links too and count as opens.
+        """
+        if view.opened_at is not None or view.terminal:
+            return
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            if not await self.store.reviews.mark_opened(conn, tenant_id=view.tenant_id, request_id=view.id, now=now):
+                return
+            entry = await self.store.append_journal(conn, tenant_id=view.tenant_id, event="opened",
+                                                    request_id=view.id, run_id=view.run_id,
+                                                    principal=link.answers_as, channel="web",
+                                                    data={"link_id": link.id}, at=now)
+            await self._notify_progress(conn, view, seq=entry.seq)
+        log.info("request form opened", extra={"request_id": view.id, "link_id": link.id})
+        await self._progressed(view, seq=entry.seq)
+
+    async def _notify_progress(self, conn: Any, view: RequestView, *, seq: int) -> None:
+        await self.store.notify(conn, {"type": REQUEST_PROGRESS, "tenant_id": view.tenant_id, "id": view.id,
+                                       "run_id": view.run_id, "origin": self.bus.instance_id, "seq": seq})
+
+    async def _progressed(self, view: RequestView, *, seq: int) -> None:
+        fresh = await self.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        self.bus.publish(Event(REQUEST_PROGRESS, view.tenant_id, view.id, fresh.event_json(), view.run_id, seq=seq))
 
     def _resolved(self, view: RequestView, *, seq: int) -> RequestView:
         """A resolution committed: wake this instance's waiters with the view and publish it."""

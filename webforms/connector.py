@@ -131,6 +131,7 @@ class WebFormsConnector(Connector):
             link, view = await self.service.open_link(token)
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
+        await self.service.link_opened(link=link, view=view)
         chosen = request.query.get("decision")
         return await self._form_page(request, link, view, chosen=chosen if view.kind == "approval" and chosen in (
             "approve", "reject") else None)

@@ -80,7 +80,8 @@ async def serve_stream(request: web.Request, *, tenant_id: str, types: set[str] 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = await request.app[KEYRING].authenticate(request)
     principal.require("read")
-    types: set[str] | None = None
+    # Only the public events: internal ones (request.progress) stay on the bus.
+    types: set[str] = set(EVENT_TYPES)
     if "types" in request.query:
         types = {t.strip() for t in request.query["types"].split(",") if t.strip()}
         unknown = types - EVENT_TYPES

@@ -28,6 +28,7 @@ from handraise.core.api import (
     SubmitBody,
     optional_not_null,
 )
+from handraise.core.hitl import CreateReviewBody, ReviewAccepted, ReviewStatus
 from handraise.core.http.annotations import ListAnnotationsQuery, SummaryQuery
 from handraise.core.http.requests import ListRequestsQuery, WaitQuery
 from handraise.core.text import LABEL_PATTERN
@@ -196,6 +197,26 @@ PATHS: dict[str, dict[str, Any]] = {
         query=SummaryQuery,
         ok={"200": _json({"type": "object"}, "Counts per signal, mean rating, correction and flag rates")},
         errors=(400, 401, 403, 422, 501))},
+    "/.well-known/hitl.json": {"get": _op(
+        "HITL-protocol discovery (v0.8, Appendix D): review types, transports, the review endpoints",
+        scopes=None, ok={"200": _json({"type": "object", "required": ["hitl_protocol"]}, "Discovery document")})},
+    "/v1/hitl/reviews": {"post": _op(
+        "HITL protocol: create a review case (a request with the review type's schema); review_url only for a "
+        "forward key", scopes=["ask", "forward"], body=CreateReviewBody,
+        ok={"202": _json(ReviewAccepted, "human_input_required, with the hitl object")},
+        errors=(400, 401, 403, 409, 413, 422))},
+    "/v1/hitl/reviews/{case_id}/status": {"get": _op(
+        "HITL protocol: poll a case (pending, opened, in_progress, completed, expired, cancelled)",
+        scopes=["ask", "read"], params=[_path_id("case_id")],
+        ok={"200": _json(ReviewStatus, "The case as it stands")}, errors=(401, 403, 404))},
+    "/v1/hitl/reviews/{case_id}/events": {"get": _op(
+        "HITL protocol: the case's events (review.opened, review.in_progress, review.completed, review.expired, "
+        "review.cancelled); ends after the terminal one", scopes=["ask", "read"],
+        params=[_path_id("case_id"), {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"},
+                                      "description": "Resume: only events newer than this id"}],
+        ok={"200": {"description": "text/event-stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        errors=(400, 401, 403, 404))},
     "/v1/runs/{runId}/bundle": {"get": _op(
         "Debug bundle of a run: annotations, requests and journal entries, redacted", scopes=["read"],
         params=[_RUN], ok={"200": _json({"type": "object"}, "The bundle")}, errors=(401, 403, 422))},

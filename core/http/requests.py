@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,10 +51,13 @@ def _may_see_response(principal: Principal, view: RequestView) -> bool:
     return "ask" in principal.scopes or not view.sensitive
 
 
-async def send_view(request: web.Request, principal: Principal, view: RequestView, *, status: int = 200) -> web.StreamResponse:
-    """Write the request; once a sensitive answer has reached the agent, delete it."""
+async def send_view(request: web.Request, principal: Principal, view: RequestView, *, status: int = 200,
+                    render: Callable[[bool], dict[str, Any]] | None = None) -> web.StreamResponse:
+    """Write the request (``render(include_response)`` shapes it otherwise, as the HITL protocol's
+    poll response does); once a sensitive answer has reached the agent, delete it."""
     include = _may_see_response(principal, view)
-    response = web.json_response(view.to_json(include_response=include), status=status, headers=NO_STORE)
+    body = view.to_json(include_response=include) if render is None else render(include)
+    response = web.json_response(body, status=status, headers=NO_STORE)
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()

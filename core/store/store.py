@@ -43,6 +43,7 @@ from handraise.core.serversecret import ServerSecret
 from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
+from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.state import GET_STATE, put_state, set_state_if_absent
 from handraise.core.store.units import (
@@ -259,6 +260,8 @@ class Store:
         self.leadership = Leadership(dsn=self.asyncpg_dsn() if self.is_postgres else None)
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
+        # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).
+        self.reviews = ReviewRecords(read=self._read, dialect=self.dialect)
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -258,7 +258,9 @@ async def test_get_decides_nothing(web: Api) -> None:
     assert (await fetch(web, path, method="HEAD")).status == 200
     assert (await fetch(web, path + "?answer=yes&handraise%3Acsrf=x")).status == 200
     assert (await state(web, request["id"]))["status"] == "pending"
-    assert [e["event"] for e in await journal(web, request["id"])] == ["created", "link_minted"]
+    # Opening is recorded, once however often the page is fetched (the HITL protocol's "opened").
+    assert [e["event"] for e in await journal(web, request["id"])] == ["created", "link_minted", "opened"]
+    assert (await state(web, request["id"]))["opened_at"]
     page = await post(web, path, [(ROOT_NAME, "yes")])
     assert page.status == 200
 
