@@ -347,8 +347,8 @@ class RequestService:
                                                     request_id=view.id, run_id=view.run_id, principal=principal,
                                                     channel=channel, data={"errors": errors})
             # The first attempt shows the request as being worked on (the HITL protocol's in_progress).
-            first_try = await self.store.reviews.mark_interacted(conn, tenant_id=view.tenant_id, request_id=view.id,
-                                                             now=entry.at)
+            first_try = await self.store.reviews.mark_interacted(conn, tenant_id=view.tenant_id,
+                                                                 request_id=view.id, now=entry.at)
             if first_try:
                 await self._notify_progress(conn, view, seq=entry.seq)
         log.info("invalid answer", extra={"request_id": view.id, "via": channel,
