@@ -202,7 +202,7 @@ PATHS: dict[str, dict[str, Any]] = {
         scopes=None, ok={"200": _json({"type": "object", "required": ["hitl_protocol"]}, "Discovery document")})},
     "/v1/hitl/reviews": {"post": _op(
         "HITL protocol: create a review case (a request with the review type's schema); review_url only for a "
-        "forward key", scopes=["ask", "forward"], body=CreateReviewBody,
+        "key that also has forward", scopes=["ask"], body=CreateReviewBody,
         ok={"202": _json(ReviewAccepted, "human_input_required, with the hitl object")},
         errors=(400, 401, 403, 409, 413, 422))},
     "/v1/hitl/reviews/{case_id}/status": {"get": _op(

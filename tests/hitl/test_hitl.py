@@ -55,11 +55,22 @@ def valid(kind: str, instance: Any) -> None:
     assert not errors, (kind, errors, instance)
 
 
+def _app(storage_url: str, **kwargs: Any) -> Any:
+    config = base_config(storage_url)
+    config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
+    return running_app(settings_from(config), connector_classes=[WebFormsConnector], **kwargs)
+
+
 @pytest.fixture
 async def hitl_api(tmp_path: Path) -> AsyncIterator[Api]:
-    config = base_config(f"sqlite:///{tmp_path / 'hitl.db'}")
-    config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
-    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as api:
+    async with _app(f"sqlite:///{tmp_path / 'hitl.db'}") as api:
+        yield api
+
+
+@pytest.fixture
+async def both_stores_api(storage_url: str) -> AsyncIterator[Api]:
+    """On SQLite and on the real PostgreSQL server: the marks are compare-and-sets in each dialect."""
+    async with _app(storage_url) as api:
         yield api
 
 
@@ -104,7 +115,8 @@ async def test_discovery_describes_the_endpoint_family(hitl_api: Api) -> None:
 # -- every state, validated live ------------------------------------------------------------------
 
 
-async def test_a_case_moves_through_every_live_state_each_valid(hitl_api: Api) -> None:
+async def test_a_case_moves_through_every_live_state_each_valid(both_stores_api: Api) -> None:
+    hitl_api = both_stores_api
     hitl = await create(hitl_api, {"type": "input", "prompt": "Which port should the service use?",
                                    "timeout": "PT10M", "context": {"service": "billing", "form": {"fields": [
                                        {"key": "port", "label": "Port", "type": "number", "required": True,
@@ -369,7 +381,8 @@ async def read_events(api: Api, case_id: str, frames: asyncio.Queue[tuple[str, s
     await frames.put(("", "end", {}))  # the server closed the stream
 
 
-async def test_the_events_url_streams_each_state_and_ends_at_the_terminal_one(hitl_api: Api) -> None:
+async def test_the_events_url_streams_each_state_and_ends_at_the_terminal_one(both_stores_api: Api) -> None:
+    hitl_api = both_stores_api
     hitl = await create(hitl_api, {"type": "selection", "prompt": "Which?", "context": {"options": [
         {"value": "a", "label": "A"}, {"value": "b", "label": "B"}]}})
     assert hitl["events_url"] == f"http://127.0.0.1:8080/v1/hitl/reviews/{hitl['case_id']}/events"
@@ -401,6 +414,24 @@ async def test_the_events_url_streams_each_state_and_ends_at_the_terminal_one(hi
     again: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
     await asyncio.wait_for(read_events(hitl_api, hitl["case_id"], again, asyncio.Event(), last="3"), 10)
     assert again.get_nowait()[1] == "end"
+
+
+async def test_events_of_a_case_cross_instances(pg_url: str) -> None:
+    """The stream is on one instance; the form is opened and answered through another (LISTEN/NOTIFY)."""
+    async with _app(pg_url, instance_id="a") as a, _app(pg_url, instance_id="b") as b:
+        hitl = await create(a, {"type": "confirmation", "prompt": "Ship it?"})
+        frames: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        ready = asyncio.Event()
+        reader = asyncio.create_task(read_events(a, hitl["case_id"], frames, ready))
+        try:
+            await asyncio.wait_for(ready.wait(), 10)
+            assert (await b.call("GET", path_of(hitl["review_url"]), key=None))[0] == 200
+            assert (await asyncio.wait_for(frames.get(), 10))[1] == "review.opened"
+            assert (await answer(b, hitl["case_id"], "confirm"))[0] == 200
+            ident, name, data = await asyncio.wait_for(frames.get(), 10)
+            assert (ident, name, data["result"]) == ("3", "review.completed", {"action": "confirm", "data": {}})
+        finally:
+            reader.cancel()
 
 
 async def test_the_events_url_reports_expiry(hitl_api: Api) -> None:
