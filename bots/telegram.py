@@ -636,9 +636,10 @@ class TelegramConnector(ChatConnector):
             self.log.warning("telegram: the personal link was not sent (%s)", type(e).__name__)
             return
         if sent is not None:
-            kept = json.loads(await self.service.get_state(SENT, request_id) or "[]")
-            kept.append([sent.chat.id, sent.message_id])
-            await self.service.set_state(SENT, request_id, json.dumps(kept))
+            entry = [sent.chat.id, sent.message_id]
+            # Atomic: two taps at once (here or on another instance) each keep their message.
+            await self.service.update_state(SENT, request_id,
+                                            lambda kept: json.dumps([*json.loads(kept or "[]"), entry]))
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             if view.terminal:  # ended while the link was on its way: withdraw has run already
                 await self._strip_private_links(view)

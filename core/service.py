@@ -597,6 +597,11 @@ class RequestService:
     async def set_state(self, namespace: str, key: str, value: str) -> None:
         await self.store.set_state(namespace, key, value)
 
+    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str]) -> str:
+        """Change a value atomically: ``change`` maps what is stored (or None) to the new value, and is
+        applied again if another writer got in first (``Store.update_state``)."""
+        return await self.store.update_state(namespace, key, change)
+
     async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
         """Store ``value`` unless one is there; what is stored (the first writer wins, atomically)."""
         return await self.store.set_state_if_absent(namespace, key, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -28,6 +28,10 @@ def _upsert(make: Any) -> Any:
 
 _PUT_STATE = {"postgresql": _upsert(pg_insert), "sqlite": _upsert(sqlite_insert)}
 
+_REPLACE_STATE = update(state_t).where(
+    state_t.c.namespace == bindparam("w_namespace"), state_t.c.key == bindparam("w_key"),
+    state_t.c.value == bindparam("w_expected"))
+
 
 def put_state(c: Connection, namespace: str, key: str, value: str, now: float) -> None:
     c.execute(_PUT_STATE[c.dialect.name], {"namespace": namespace, "key": key, "value": value, "updated_at": now})
@@ -40,3 +44,13 @@ def set_state_if_absent(c: Connection, insert_stmt: Any, namespace: str, key: st
     c.execute(insert_stmt, {"namespace": namespace, "key": key, "value": value, "updated_at": time.time()})
     # A concurrent first writer (another instance) may have won: what is stored is the answer.
     return c.execute(GET_STATE, {"namespace": namespace, "key": key}).scalar_one()
+
+
+def replace_state(c: Connection, insert_stmt: Any, namespace: str, key: str, expected: str | None, value: str,
+                  now: float) -> bool:
+    """Compare-and-set: store ``value`` only if what is stored is still ``expected`` (None: nothing)."""
+    if expected is None:
+        row = {"namespace": namespace, "key": key, "value": value, "updated_at": now}
+        return c.execute(insert_stmt, row).rowcount == 1
+    params = {"value": value, "updated_at": now, "w_namespace": namespace, "w_key": key, "w_expected": expected}
+    return c.execute(_REPLACE_STATE, params).rowcount == 1

@@ -45,7 +45,7 @@ from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
-from handraise.core.store.state import GET_STATE, put_state, set_state_if_absent
+from handraise.core.store.state import GET_STATE, put_state, replace_state, set_state_if_absent
 from handraise.core.store.units import (
     PgConnection,
     StoreConnection,
@@ -691,6 +691,16 @@ class Store:
     async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
         """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
         return await self._write(set_state_if_absent, self._inserts.state, namespace, key, value)
+
+    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str]) -> str:
+        """Read-modify-write without losing a concurrent writer's change: ``change(current)`` is applied
+        with a compare-and-set and applied again to the newer value when another writer (a task here,
+        another instance) got in between. ``change`` must be pure. Returns what was stored."""
+        while True:
+            current = await self.get_state(namespace, key)
+            value = change(current)
+            if await self._write(replace_state, self._inserts.state, namespace, key, current, value, time.time()):
+                return value
 
     # -- notifications and leadership (PostgreSQL) -----------------------------
 

@@ -613,3 +613,27 @@ async def test_a_tap_before_the_bot_recorded_its_message_counts(db: str) -> None
         unrecorded = posted.ref["message_id"] + 1000
         driver.push(driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=unrecorded, data=data))
         assert (await api.wait(request["id"]))["response"] == {"decision": "approve"}
+
+
+async def test_concurrent_open_form_taps_each_lose_their_button(db: str) -> None:
+    # Several "Open form" taps handled at once each send a private link; each of those messages must be
+    # remembered (an atomic update of the list, not get-then-set) so each loses its button at the end.
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("pl-many", kind="approval"))
+        posted = await driver.posted(api, request)
+        token = driver.button(posted, "open form")["url"].rsplit("=", 1)[1]
+        for _ in range(6):
+            driver.push(driver.tg.make_text_message(chat_id=ALLOWED, user_id=ALLOWED, text=f"/start {token}"))
+
+        def links() -> list[Call]:
+            return [c for c in driver.tg.calls_of("sendMessage") if c.ok and c.params.get("chat_id") == ALLOWED
+                    and "/f/" in str(c.params.get("reply_markup"))]
+
+        await until(lambda: len(links()) == 6, timeout=30)
+        status, _ = await api.submit("pl-many", {"decision": "approve"})
+        assert status == 200
+        await driver.assert_withdrawn(posted, "Approved")
+        for call in links():
+            await driver.tg.wait_for_call("editMessageReplyMarkup", predicate=lambda c, m=call.result["message_id"]:
+                                          c.params.get("chat_id") == ALLOWED and c.params.get("message_id") == m)
+        await driver.assert_no_buttons_left()

@@ -4,7 +4,8 @@ one writer at a time with an intact journal chain, and a committed body survivin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -166,3 +167,20 @@ async def test_the_postgresql_pools_never_open_more_than_pool_size(pg_url: str) 
     finally:
         await admin.close()
         await store.close()
+
+
+async def test_concurrent_read_modify_writes_of_one_value_lose_nothing(storage_url: str) -> None:
+    # Two instances each appending to one stored list at once (Telegram's private link messages): a
+    # get-then-set keeps only the last writer's list; update_state's compare-and-set keeps every entry.
+    a, b = Store(url=storage_url, secret=SECRET), Store(url=storage_url, secret=SECRET)
+    await a.open()
+    await b.open()
+    try:
+        def adding(item: int) -> Callable[[str | None], str]:
+            return lambda kept: json.dumps([*json.loads(kept or "[]"), item])
+
+        await asyncio.gather(*(s.update_state("ns", "list", adding(i)) for i in range(20) for s in (a, b)))
+        assert sorted(json.loads(await a.get_state("ns", "list") or "[]")) == sorted([*range(20), *range(20)])
+    finally:
+        await a.close()
+        await b.close()
