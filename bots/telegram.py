@@ -184,6 +184,7 @@ class TelegramConnector(ChatConnector):
         self._app: Application | None = None
         self._ready = asyncio.Event()
         self.polling = False  # this instance holds the polling lock and polls
+        self._poll_error: TelegramError | None = None  # why polling cannot go on (a Forbidden getUpdates)
 
     # -- configuration ---------------------------------------------------------
 
@@ -275,6 +276,7 @@ class TelegramConnector(ChatConnector):
             await asyncio.sleep(interval)
             return
         updater = self._app.updater
+        self._poll_error = None
         try:
             await updater.start_polling(timeout=self.settings.poll_timeout_seconds,
                                         allowed_updates=["message", "callback_query"],
@@ -282,17 +284,39 @@ class TelegramConnector(ChatConnector):
             self.polling = True
             self.log.info("telegram polling: this instance polls")
             while updater.running and await self.service.leadership_alive(POLL_LOCK):
+                died = self._polling_failure(updater)
+                if died is not None:
+                    # Holding the lock without polling would silence the bot on every instance.
+                    self.log.error("telegram polling stopped (%s); releasing the polling lock", died)
+                    raise ConnectorError(f"telegram polling stopped ({died})")
                 await asyncio.sleep(interval)
-            self.log.warning("telegram polling: lost the polling lock; standing by")
+            else:
+                self.log.warning("telegram polling: lost the polling lock; standing by")
         finally:
             self.polling = False
             if updater.running:
-                with contextlib.suppress(Exception):
-                    await updater.stop()
+                await _stop_updater(updater)
             await self.service.release_leadership(POLL_LOCK)
 
     def _on_poll_error(self, error: TelegramError) -> None:
         self.log.warning("telegram getUpdates failed: %s", _scrub(str(error), self.settings))
+        if isinstance(error, Forbidden):
+            # The token works no more for updates (a revoked bot): python-telegram-bot would retry forever.
+            self._poll_error = error
+
+    def _polling_failure(self, updater: Any) -> str | None:
+        """Why python-telegram-bot's polling ended on its own, or None while it polls.
+
+        An InvalidToken (401: a revoked token) ends its polling task while ``updater.running`` stays
+        True, and it offers no public way to see that: the task is read by its mangled name.
+        """
+        if self._poll_error is not None:
+            return type(self._poll_error).__name__
+        task = getattr(updater, "_Updater__polling_task", None)
+        if isinstance(task, asyncio.Task) and task.done():
+            error = None if task.cancelled() else task.exception()
+            return type(error).__name__ if error is not None else "its task ended"
+        return None
 
     async def stop(self) -> None:
         await super().stop()
@@ -649,6 +673,18 @@ class TelegramConnector(ChatConnector):
         error = context.error
         self.log.error("telegram update handling failed: %s", type(error).__name__,
                        exc_info=(type(error), error, error.__traceback__) if error else None)
+
+
+async def _stop_updater(updater: Any) -> None:
+    try:
+        await updater.stop()
+    except Exception:
+        # Its polling task died with an error (InvalidToken): stop() re-raises it before forgetting the task
+        # and clearing its stop event, and with that event still set the next start_polling would spin
+        # without polling. Forget both here, as stop() would have.
+        if getattr(updater, "_Updater__polling_task", None) is not None:
+            updater._Updater__polling_task = None
+            updater._Updater__polling_task_stop_event.clear()
 
 
 def sender_of(user: Any) -> Sender:

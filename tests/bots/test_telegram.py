@@ -637,3 +637,26 @@ async def test_concurrent_open_form_taps_each_lose_their_button(db: str) -> None
             await driver.tg.wait_for_call("editMessageReplyMarkup", predicate=lambda c, m=call.result["message_id"]:
                                           c.params.get("chat_id") == ALLOWED and c.params.get("message_id") == m)
         await driver.assert_no_buttons_left()
+
+
+async def test_polling_that_dies_releases_the_lock_and_polls_again(storage_url: str,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # A 401 (a revoked token) ends python-telegram-bot's polling task while its updater still says
+    # "running": the instance must notice, say so, let go of the polling lock and try again later,
+    # not hold the lock without polling.
+    caplog.set_level(logging.INFO, logger="handraise")
+    async with telegram(storage_url, poll_timeout_seconds=1) as (driver, api):
+        connector = api.app[CONNECTORS]["telegram"]
+        await until(lambda: connector.polling, timeout=30)
+        starts = len(driver.tg.calls_of("deleteWebhook"))
+        driver.tg.fail_next("getUpdates", status=401)
+        await driver.tg.wait_for_call("getUpdates", predicate=lambda c: c.status == 401, timeout=30)
+        await driver.tg.wait_for_call("deleteWebhook", predicate=lambda c: driver.tg.calls_of("deleteWebhook")
+                                      .index(c) >= starts, timeout=60)
+        assert any("telegram polling stopped (InvalidToken); releasing the polling lock" in r.getMessage()
+                   for r in caplog.records)
+        await until(lambda: connector.polling, timeout=30)
+        request = await api.create(ask("die-1", kind="approval"))
+        posted = await driver.posted(api, request)
+        await driver.press(posted, "approve")
+        assert (await api.wait(request["id"], timeout=30))["answered_by"] == f"telegram:{ALLOWED}"
