@@ -276,3 +276,37 @@ async def refusals(api: Api, request_id: str, *, count: int, timeout: float = 15
             if sum(e["event"] == "answer_refused" for e in journal) >= count:
                 return
             await asyncio.sleep(0.05)
+
+
+async def test_cancelled_and_expired_questions_say_so_and_late_replies_are_told(driver: ConnectorDriver,
+                                                                               api: Api) -> None:
+    cancelled = await api.create(ask(driver, "c-cancel", kind="approval"))
+    posted = await driver.posted(api, cancelled)
+    status, _ = await api.call("POST", f"/v1/requests/{cancelled['id']}/cancel")
+    assert status == 200
+    await driver.assert_withdrawn(posted, "cancelled")
+    told = await driver.told(await driver.reply(posted, "approve"))
+    assert "cancelled" in told.lower(), told
+    assert await status_of(api, cancelled["id"]) == "cancelled"
+
+    expired = await api.create(ask(driver, "c-expire", kind="approval", timeout_seconds=1))
+    posted = await driver.posted(api, expired)
+    assert (await api.wait(expired["id"], timeout=15))["status"] == "expired"
+    await driver.assert_withdrawn(posted, "expired")
+    shown = await driver.outcome_text(posted)
+    assert "approved" not in shown.lower(), shown  # an expired approval is never an approval
+
+
+async def test_a_masked_field_is_asked_only_in_the_form(driver: ConnectorDriver, api: Api) -> None:
+    schema = {"type": "object", "required": ["account", "passphrase"],
+              "properties": {"account": {"type": "string", "title": "Account"},
+                             "passphrase": {"type": "string", "format": "password", "title": "Passphrase"}}}
+    request = await api.create(ask(driver, "c-masked", schema=schema))
+    posted = await driver.posted(api, request)
+    assert "passphrase:" not in (await driver.question_text(posted)).lower()  # no line invites the secret
+
+    action = await driver.reply(posted, "account: ops\npassphrase: hunter2 horse")
+    told = (await driver.told(action)).lower()
+    assert "form" in told, told
+    assert await status_of(api, request["id"]) == "pending"
+    assert "hunter2" not in await everything_stored(api, request["id"])
