@@ -21,6 +21,11 @@ REQUIRED_MARK = "✱"
 THUMBS_UP = "👍"
 THUMBS_DOWN = "👎"
 ACCEPTED = "✅"
+# The reaction that asks the bot for one's own form link, by direct message (the bot puts it on each card
+# so that asking is one click).
+FORM_KEY = "📝"
+ASK_FOR_LINK = f"react {FORM_KEY} to this message: the bot sends you your own one-time form link in a direct message."
+FORM_LINK_LABEL = "Open the form"
 
 # Skin tones and the emoji variation selector ride along with 👍/👎 reactions.
 _EMOJI_NOISE = re.compile("[\U0001F3FB-\U0001F3FF\ufe0f]")
@@ -104,24 +109,27 @@ def notify(content: dict[str, Any], people: list[str]) -> dict[str, Any]:
             "formatted_body": f"{content['formatted_body']}<p>For: {links}</p>", "m.mentions": {"user_ids": people}}
 
 
-def card_content(request: RequestView, *, link_url: str, people: list[str] | None = None,
+def card_content(request: RequestView, *, people: list[str] | None = None,
                  tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
-    """The ``m.room.message`` content that asks the question, notifying the people who may answer."""
-    body, formatted = _card_parts(request, link_url=link_url, tz=tz)
+    """The ``m.room.message`` content that asks the question, notifying the people who may answer.
+
+    It carries no form link: everyone in the room reads the card, so a link there would let any
+    member answer. A person asks for their own with a 📝 reaction and gets it in a direct message.
+    """
+    body, formatted = _card_parts(request, tz=tz)
     return notify(_message(body, formatted), people or [])
 
 
-def _card_parts(request: RequestView, *, link_url: str, tz: dt.tzinfo = dt.UTC) -> tuple[str, str]:
-    link_html = f'<a href="{html.escape(link_url, quote=True)}">fill the form</a>'
+def _card_parts(request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> tuple[str, str]:
     deadline = wording.deadline(request, tz)
     if request.sensitive:
         # The question may itself reveal what is asked: only the form shows it.
         text = ("🔒 A sensitive request is waiting for an answer.\n"
                 "Its question is shown only in the form, and answers are not taken in this chat.\n"
-                f"To answer, fill the form (one-time link): {link_url}\n{deadline}")
+                f"To answer, {ASK_FOR_LINK}\n{deadline}")
         formatted = ("<p>🔒 <b>A sensitive request is waiting for an answer.</b></p>"
                      "<p>Its question is shown only in the form, and answers are not taken in this chat.</p>"
-                     f"<p>To answer, {link_html} (one-time link).</p><p><i>{html.escape(deadline)}</i></p>")
+                     f"<p>To answer, {html.escape(ASK_FOR_LINK)}</p><p><i>{html.escape(deadline)}</i></p>")
         return text, formatted
     lines = ["❓ Question", request.message_for_user, ""]
     parts = ["<p><b>❓ Question</b></p>", f"<p>{_html_lines(request.message_for_user)}</p>"]
@@ -141,10 +149,39 @@ def _card_parts(request: RequestView, *, link_url: str, tz: dt.tzinfo = dt.UTC) 
     parts.append(f"<p>{html.escape(answer)}</p>")
     if is_form(request):
         lines.extend(f"{row['name']}: …" for row in field_rows(request.schema))
-    lines.append(f"Or fill the form (one-time link): {link_url}")
+    or_form = f"Or, for the form, {ASK_FOR_LINK}" if not wording.form_only(request) else f"To answer, {ASK_FOR_LINK}"
+    lines.append(or_form)
     lines.append(deadline)
-    parts.append(f"<p>Or {link_html} (one-time link).</p><p><i>{html.escape(deadline)}</i></p>")
+    parts.append(f"<p>{html.escape(or_form)}</p><p><i>{html.escape(deadline)}</i></p>")
     return "\n".join(lines), "".join(parts)
+
+
+def link_content(url: str, request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
+    """The direct message that hands a person their own one-time form link (an ``m.text``: it notifies)."""
+    about = wording.text("sensitive_question") if request.sensitive else f"❓ {request.message_for_user}"
+    lead, deadline = wording.text("link"), wording.deadline(request, tz)
+    body = f"{about}\n\n{lead}\n{url}\n{deadline}"
+    formatted = (f"<p>{_html_lines(about)}</p><p>{html.escape(lead)}</p>"
+                 f'<p><a href="{html.escape(url, quote=True)}">{html.escape(FORM_LINK_LABEL)}</a></p>'
+                 f"<p><i>{html.escape(deadline)}</i></p>")
+    return {**_message(body, formatted), "msgtype": "m.text"}
+
+
+def link_closed_content(request: RequestView, *, event_id: str) -> dict[str, Any]:
+    """An edit of a direct message that carried a form link: the request ended, the link goes."""
+    about = "🔒 A sensitive request." if request.sensitive else f"❓ {request.message_for_user}"
+    shown = wording.outcome(request).plain()
+    body = f"{about}\n\n{shown}"
+    new = _message(body, f"<p>{_html_lines(about)}</p><p>{_html_lines(shown)}</p>")
+    edit = _message(f"* {body}", new["formatted_body"])
+    edit["m.new_content"] = new
+    edit["m.relates_to"] = {"rel_type": "m.replace", "event_id": event_id}
+    return edit
+
+
+def private_notice(text: str) -> dict[str, Any]:
+    """A short direct message to one person (a refusal told once)."""
+    return _message(text, _html_lines(text))
 
 
 def _table_html(rows: Iterable[dict[str, str]]) -> str:

@@ -21,7 +21,9 @@ from nio import (
     AsyncClientConfig,
     JoinResponse,
     LoginResponse,
+    RoomCreateResponse,
     RoomGetEventResponse,
+    RoomGetStateEventResponse,
     RoomGetStateResponse,
     RoomMessagesResponse,
     RoomRedactResponse,
@@ -29,35 +31,45 @@ from nio import (
     SyncResponse,
     WhoamiResponse,
 )
-from nio.api import MessageDirection
+from nio.api import MessageDirection, RoomPreset
 from nio.exceptions import LocalProtocolError
 
 from handraise.bots.matrix.cards import (
     ACCEPTED,
+    ASK_FOR_LINK,
+    FORM_KEY,
     answer_text,
     card_content,
-    is_form,
+    link_closed_content,
+    link_content,
+    notify,
     outcome_content,
+    private_notice,
     reaction_content,
     reaction_vote,
-    notify,
     reminder_text,
     takes_reactions,
     thread_notice,
 )
-from handraise.core import wording
 from handraise.bots.matrix.settings import MatrixSettings
+from handraise.core import wording
 from handraise.core.api import RequestView
-from handraise.core.connectors import AnswerOutcome, Connector, invalid_answer_text
-from handraise.core.errors import ConfigError, ConnectorError, InvalidAnswerError, NotFoundError
-from handraise.core.redaction import is_secret_shaped
-from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
+from handraise.core.chat import ChatConnector, Sender
 from handraise.core.config import Settings
+from handraise.core.connectors import AnswerOutcome
+from handraise.core.errors import ConfigError, ConnectorError, NotFoundError
+from handraise.core.schema import coerce_text
 
 log = logging.getLogger(__name__)
 
 LEADER = "matrix-sync"
 STATE_NAMESPACE = "matrix"
+# Durable state: person -> the direct room the bot opened with them (for personal form links).
+DIRECT_ROOMS = "matrix.direct"
+# Durable state: request id -> the [room, event] of each direct message that carried a form link.
+LINKS_SENT = "matrix.links"
+# Refusals after which a person is told how to reach the form.
+_POINT_TO_FORM = frozenset({"sensitive_removed", "sensitive_kept", "secret_removed", "secret_kept"})
 # Errors that retrying cannot fix: a bad token, a room the bot may not post in.
 _PERMANENT = frozenset({"M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_NOT_FOUND", "M_BAD_JSON",
                         "M_NOT_JSON", "M_TOO_LARGE", "M_UNRECOGNIZED", "M_INVALID_PARAM", "M_USER_DEACTIVATED"})
@@ -107,7 +119,7 @@ def level_needed(state: list[dict[str, Any]], *, event_type: str, redact: bool =
     return needed
 
 
-class MatrixConnector(Connector):
+class MatrixConnector(ChatConnector):
     """Cards in Matrix rooms; answers by reply, thread or reaction; one sync loop per deployment.
 
     The loop runs only while ``leadership("matrix-sync")`` holds; its position
@@ -173,9 +185,7 @@ class MatrixConnector(Connector):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         settings: MatrixSettings = self.settings
-        for tenant_id in settings.tenants:
-            if self.app_settings.tenant(tenant_id) is None:
-                raise ConfigError(f"matrix.tenants.{tenant_id}: no tenant with this id in [[tenants]]")
+        self._direct_locks: dict[str, asyncio.Lock] = {}
         self._room_tenant = settings.room_tenants()
         self._encrypted: set[str] = set()
         self._unreadable_reported: set[str] = set()
@@ -189,20 +199,6 @@ class MatrixConnector(Connector):
         self.synced = asyncio.Event()
         key = f"next_batch:{settings.user_id}"
         self._state_key = key if len(key) <= 200 else "next_batch:" + hashlib.sha256(key.encode()).hexdigest()
-
-    # -- routing ------------------------------------------------------------------
-
-    def _tz(self, tenant_id: str) -> Any:
-        tenant = self.app_settings.tenant(tenant_id)
-        return wording.zone(tenant.timezone if tenant is not None else None)
-
-    def targets(self, tenant_id: str) -> list[str]:
-        tenant = self.settings.tenants.get(tenant_id)
-        return list(tenant.room_ids) if tenant else []
-
-    def may_answer(self, tenant_id: str, user_id: str) -> bool:
-        tenant = self.settings.tenants.get(tenant_id)
-        return tenant is not None and user_id in tenant.allowed_users
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -395,20 +391,28 @@ class MatrixConnector(Connector):
             raise ConnectorError(f"matrix: room {target} is end-to-end encrypted, which is not supported",
                                  permanent=True)
         await self._ensure_connected()
-        link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
-                                            principal="matrix:bot", recipient=f"matrix:{target}")
         # A fixed transaction id per (request, room): a retry after a lost
         # response gets the same event back instead of a second card.
         txn = f"handraise.card.{request.id}.{hashlib.sha256(target.encode()).hexdigest()[:12]}"
-        tenant = self.settings.tenants.get(request.tenant_id)
-        content = card_content(request, link_url=link.url, people=list(tenant.allowed_users) if tenant else [],
-                               tz=self._tz(request.tenant_id))
+        content = card_content(request, people=self._people(request.tenant_id), tz=self.timezone(request.tenant_id))
         event_id = await self._send(target, "m.room.message", content,
                                     what=f"post a card to {target}", txn_id=txn)
         await self.service.remember_message(channel=self.name, message_key=message_key(target, event_id),
                                             tenant_id=request.tenant_id, request_id=request.id)
+        ref = {"room_id": target, "event_id": event_id}
+        try:
+            # The bot's own 📝 under the card: asking for one's form link is one click.
+            ref["form_key"] = await self._send(
+                target, "m.reaction", reaction_content(event_id, FORM_KEY), what=f"react in {target}",
+                txn_id=f"handraise.formkey.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not put %s under the card (%s)", FORM_KEY, e.message)
         self.log.info("matrix: card posted", extra={"request_id": request.id, "room_id": target})
-        return {"room_id": target, "event_id": event_id}
+        return ref
+
+    def _people(self, tenant_id: str) -> list[str]:
+        route = self.settings.tenants.get(tenant_id)
+        return route.people() if route is not None else []
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
@@ -418,6 +422,10 @@ class MatrixConnector(Connector):
         txn = f"handraise.outcome.{request.id}.{hashlib.sha256(card_id.encode()).hexdigest()[:12]}"
         await self._send(room_id, "m.room.message", outcome_content(request, card_event_id=card_id),
                          what=f"edit the card in {room_id}", txn_id=txn)
+        if ref.get("form_key"):
+            # Nothing left to ask for: the 📝 goes with the request (a repeated redaction is harmless).
+            await self._redact(room_id, ref["form_key"], reason="The question is closed")
+        await self._close_links(request)
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
@@ -425,10 +433,9 @@ class MatrixConnector(Connector):
             await self.deliver(request, target=target)
             return
         await self._ensure_connected()
-        tenant = self.settings.tenants.get(request.tenant_id)
-        text = reminder_text(request, now=self.service.clock(), tz=self._tz(request.tenant_id))
+        text = reminder_text(request, now=self.service.clock(), tz=self.timezone(request.tenant_id))
         content = notify(thread_notice([text], card_event_id=card_id, reply_to=card_id, mention=None),
-                         list(tenant.allowed_users) if tenant else [])
+                         self._people(request.tenant_id))
         await self._send(room_id, "m.room.message", content, what=f"remind in {room_id}")
 
     # -- the sync loop --------------------------------------------------------------
@@ -586,21 +593,23 @@ class MatrixConnector(Connector):
             return
         tenant_id, request_id, card_id = found
         await self._answer(room_id, source, tenant_id=tenant_id, request_id=request_id, card_id=card_id,
-                           text=answer_text(text_content), reaction=False)
+                           text=answer_text(text_content))
 
     async def _on_reaction(self, room_id: str, source: dict[str, Any], content: dict[str, Any]) -> None:
         relates = content.get("m.relates_to")
         if not isinstance(relates, dict) or relates.get("rel_type") != "m.annotation":
             return
-        vote = reaction_vote(relates.get("key"))
-        card_id = relates.get("event_id")
-        if vote is None or not isinstance(card_id, str):
+        key, card_id = relates.get("key"), relates.get("event_id")
+        vote = reaction_vote(key)
+        if (vote is None and key != FORM_KEY) or not isinstance(card_id, str):
             return
         found = await self._lookup(room_id, card_id)
         if found is None:
             return
-        await self._answer(room_id, source, tenant_id=found[0], request_id=found[1], card_id=card_id, text=vote,
-                           reaction=True)
+        if vote is None:
+            await self._on_link_asked(room_id, source, tenant_id=found[0], request_id=found[1])
+            return
+        await self._answer(room_id, source, tenant_id=found[0], request_id=found[1], card_id=card_id, vote=vote)
 
     async def _lookup(self, room_id: str, event_id: str) -> tuple[str, str] | None:
         found = await self.service.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
@@ -623,43 +632,74 @@ class MatrixConnector(Connector):
         return None
 
     async def _answer(self, room_id: str, source: dict[str, Any], *, tenant_id: str, request_id: str, card_id: str,
-                      text: str, reaction: bool) -> None:
-        sender, event_id = str(source.get("sender")), str(source["event_id"])
-        try:
-            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        except NotFoundError:
-            return
-        if reaction and not takes_reactions(view):
-            return  # a 👍 on a form is applause, not an answer
-
-        async def notice(*lines: str) -> None:
-            content = thread_notice(list(lines), card_event_id=card_id, reply_to=event_id, mention=sender)
-            await self._send(room_id, "m.room.message", content, what=f"reply in {room_id}")
-
-        if wording.form_only(view):  # sensitive, or a form with a secret field: never taken in chat
-            await self._refuse_sensitive(room_id, event_id, view=view, sender=sender, notice=notice)
-            return
-        if not reaction and not view.terminal and is_secret_shaped(text):
-            await self._refuse_secret(room_id, event_id, view=view, sender=sender, notice=notice)
-            return
-        value, problems = self._read(view, text)
-        if problems and self.may_answer(tenant_id, sender) and not view.terminal:
-            # Lines that could not be read (an unknown field): refused here, audited like core's refusals.
-            await self.service.journal(
-                tenant_id=tenant_id, event="invalid_attempt", request_id=view.id, run_id=view.run_id,
-                principal=self.principal(sender), channel=self.name, data={"errors": problems})
-            await notice(*_notice_lines(invalid_answer_text(InvalidAnswerError("", fields=problems))))
-            return
-        # The shared path: the allowlist first, then core's validation and its one winner.
-        outcome = await self.submit_answer(tenant_id=tenant_id, request_id=view.id, user_id=sender, response=value)
-        if outcome.accepted or await self._answered_by_this_event(outcome, view, source):
+                      text: str | None = None, vote: str | None = None) -> None:
+        """A reply (``text``) or a 👍/👎 reaction (``vote``) on a card, through core's one chat-answer path."""
+        sender, event_id = sender_of(source), str(source["event_id"])
+        if vote is not None:
+            try:
+                view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            except NotFoundError:
+                return
+            if not takes_reactions(view) or wording.form_only(view):
+                return  # a 👍 on a form is applause, not an answer
+            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                                  value=coerce_text(view.schema, vote))
+        else:
+            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                                  text=text, message=(room_id, event_id))
+        view = outcome.view
+        if outcome.accepted or (view is not None and await self._answered_by_this_event(outcome, view, source)):
             # A fixed transaction id: a batch handled again after a crash adds no second ✅.
             await self._send(room_id, "m.reaction", reaction_content(event_id, ACCEPTED), what=f"react in {room_id}",
                              txn_id=f"handraise.ack.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}")
         elif outcome.code == "not_authorized":
-            await notice(f"{sender}: {outcome.message} Nothing was changed.")
+            await self._tell_stranger(outcome, sender)
         elif outcome.code != "not_found":
-            await notice(*_notice_lines(outcome.message))
+            lines = _notice_lines(outcome.message)
+            if outcome.code in _POINT_TO_FORM:
+                lines.append(f"For the form, {ASK_FOR_LINK}")
+            content = thread_notice(lines, card_event_id=card_id, reply_to=event_id, mention=sender.user_id)
+            await self._send(room_id, "m.room.message", content, what=f"reply in {room_id}")
+
+    async def _on_link_asked(self, room_id: str, source: dict[str, Any], *, tenant_id: str, request_id: str) -> None:
+        """A 📝 on a card: the person's own one-time form link, by direct message (allowlisted people only)."""
+        sender = sender_of(source)
+        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                           recipient=sender.principal)
+        if outcome.code == "not_authorized":
+            await self._tell_stranger(outcome, sender)
+            return
+        if outcome.url is None:
+            if outcome.code != "not_found":
+                await self._send_direct(sender.user_id, private_notice(outcome.message), what="a closed notice")
+            return
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        room, sent = await self._send_direct(sender.user_id, link_content(outcome.url, view,
+                                                                          tz=self.timezone(tenant_id)),
+                                             what="a personal form link")
+        # Kept so that withdraw edits the link away when the request ends.
+        kept = json.loads(await self.service.get_state(LINKS_SENT, request_id) or "[]")
+        kept.append([room, sent])
+        await self.service.set_state(LINKS_SENT, request_id, json.dumps(kept))
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if view.terminal:  # ended while the link was on its way: withdraw has run already
+            await self._close_links(view)
+        self.log.info("matrix: personal form link sent", extra={"request_id": request_id})
+
+    async def _tell_stranger(self, outcome: AnswerOutcome, sender: Sender) -> None:
+        """Someone not on the allowlist: told once per request, privately; the room hears nothing."""
+        if outcome.view is None or not await self.first_time_told(outcome.view, sender):
+            return
+        try:
+            await self._send_direct(sender.user_id, private_notice(outcome.message), what="a refusal")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not tell a stranger privately (%s)", e.message)
+
+    async def remove_message(self, message: Any) -> bool:
+        if message is None:
+            return False
+        room_id, event_id = message
+        return await self._redact(room_id, event_id)
 
     async def _answered_by_this_event(self, outcome: AnswerOutcome, view: RequestView,
                                       source: dict[str, Any]) -> bool:
@@ -677,53 +717,92 @@ class MatrixConnector(Connector):
         return (view.resolved_by == self.principal(str(source.get("sender"))) and view.resolved_via == self.name
                 and view.resolved_at * 1000 >= sent_ms)
 
-    @staticmethod
-    def _read(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]]]:
-        """The typed answer and, for a form, the problems reading its lines (plus what validation adds)."""
-        if not is_form(view):
-            return coerce_text(view.schema, text), []
-        value, line_errors = parse_field_lines(view.schema or {}, text)
-        if not line_errors:
-            return value, []
-        problems = [e.to_json() for e in line_errors]
-        seen = {p["field"] for p in problems}
-        problems += [e.to_json() for e in validate_answer(view.schema, value) if e.field not in seen]
-        return value, problems
-
-    async def _refuse_sensitive(self, room_id: str, event_id: str, *, view: RequestView, sender: str,
-                                notice: Any) -> None:
-        """A chat answer to a sensitive request: remove it from the room's history, point to the form."""
-        removed = await self._redact(room_id, event_id)
-        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
-                                   run_id=view.run_id, principal=self.principal(sender), channel=self.name,
-                                   data={"reason": "sensitive", "removed": removed})
-        if removed:
-            first = "This request is sensitive, so answers are not taken in chat: your message was removed."
-        else:
-            first = ("This request is sensitive, so answers are not taken in chat. The bot could not remove your "
-                     "message (it lacks the power to redact here): please delete it yourself.")
-        await notice(first, "Answer through the one-time form link in the card.")
-
-    async def _refuse_secret(self, room_id: str, event_id: str, *, view: RequestView, sender: str,
-                             notice: Any) -> None:
-        """A reply that looks like a key or token: not taken, removed from the room (DESIGN invariant 9)."""
-        removed = await self._redact(room_id, event_id)
-        await self.service.journal(tenant_id=view.tenant_id, event="chat_reply_refused", request_id=view.id,
-                                   run_id=view.run_id, principal=self.principal(sender), channel=self.name,
-                                   data={"reason": "secret_shaped", "removed": removed})
-        first = "That reply looked like a secret (a key or token), so it was not taken" + (
-            " and was removed." if removed else "; please delete it yourself.")
-        await notice(first, "Secrets belong in the form: use the one-time link in the card.")
-
-    async def _redact(self, room_id: str, event_id: str) -> bool:
+    async def _redact(self, room_id: str, event_id: str, *, reason: str = "Answers like this go through the form"
+                      ) -> bool:
         try:
-            await self._call(self.client.room_redact(room_id, event_id, reason="Sensitive answers go through the form"),
-                             RoomRedactResponse, f"redact in {room_id}")
+            await self._call(self.client.room_redact(room_id, event_id, reason=reason), RoomRedactResponse,
+                             f"redact in {room_id}")
         except ConnectorError as e:
-            self.log.warning("matrix: could not redact a chat answer to a sensitive request (%s)", e.message,
-                             extra={"room_id": room_id})
+            self.log.warning("matrix: could not redact an event (%s)", e.message, extra={"room_id": room_id})
             return False
         return True
+
+    # -- direct messages ----------------------------------------------------------
+
+    async def _send_direct(self, user_id: str, content: dict[str, Any], *, what: str) -> tuple[str, str]:
+        """Send ``content`` to one person in a direct room with them: (room, event)."""
+        async with self._direct_locks.setdefault(user_id, asyncio.Lock()):
+            room_id = await self._direct_room(user_id)
+        return room_id, await self._send(room_id, "m.room.message", content, what=f"send {what} to {user_id}")
+
+    async def _direct_room(self, user_id: str) -> str:
+        """The bot's direct room with ``user_id``: one it made before (kept here and in the bot's
+        ``m.direct``) where the person still is or is invited, else a new one, marked in ``m.direct``."""
+        direct = await self._account_data("m.direct")
+        known = await self.service.get_state(DIRECT_ROOMS, user_id[:200])
+        candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str)]
+        for room_id in dict.fromkeys(candidates):
+            if await self._still_there(room_id, user_id):
+                if known != room_id:
+                    await self.service.set_state(DIRECT_ROOMS, user_id[:200], room_id)
+                return room_id
+        created = await self._call(self.client.room_create(is_direct=True, invite=[user_id],
+                                                           preset=RoomPreset.trusted_private_chat),
+                                   RoomCreateResponse, f"open a direct room with {user_id}")
+        direct[user_id] = [*[r for r in direct.get(user_id) or [] if isinstance(r, str)], created.room_id]
+        await self._put_account_data("m.direct", direct)
+        await self.service.set_state(DIRECT_ROOMS, user_id[:200], created.room_id)
+        self.log.info("matrix: opened a direct room", extra={"room_id": created.room_id})
+        return created.room_id
+
+    async def _still_there(self, room_id: str, user_id: str) -> bool:
+        response = await self.client.room_get_state_event(room_id, "m.room.member", user_id)
+        return isinstance(response, RoomGetStateEventResponse) and \
+            (response.content or {}).get("membership") in ("join", "invite")
+
+    async def _account_data(self, event_type: str) -> dict[str, Any]:
+        status, body = await self._raw("GET", self._account_data_path(event_type))
+        if status == 404:
+            return {}
+        if status != 200 or not isinstance(body, dict):
+            raise ConnectorError(f"matrix: could not read {event_type} ({status})")
+        return body
+
+    async def _put_account_data(self, event_type: str, content: dict[str, Any]) -> None:
+        status, _ = await self._raw("PUT", self._account_data_path(event_type), content)
+        if status != 200:
+            raise ConnectorError(f"matrix: could not write {event_type} ({status})")
+
+    def _account_data_path(self, event_type: str) -> str:
+        return (f"/_matrix/client/v3/user/{urllib.parse.quote(self.settings.user_id, safe='')}/account_data/"
+                f"{urllib.parse.quote(event_type, safe='')}")
+
+    async def _raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """A client-server API call that matrix-nio does not offer (account data)."""
+        try:
+            async with self.http.request(method, f"{self.settings.homeserver}{path}", json=body,
+                                         headers={"Authorization": f"Bearer {self.client.access_token}"},
+                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                return resp.status, await resp.json(content_type=None)
+        except (*_NETWORK_ERRORS, ValueError) as e:
+            raise ConnectorError(f"matrix: {method} account data failed: {type(e).__name__}") from e
+
+    async def _close_links(self, view: RequestView) -> None:
+        """The direct messages that carried a personal link lose it: the request is over."""
+        kept = await self.service.get_state(LINKS_SENT, view.id)
+        for room_id, event_id in json.loads(kept or "[]"):
+            txn = f"handraise.linkend.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}"
+            try:
+                await self._send(room_id, "m.room.message", link_closed_content(view, event_id=event_id),
+                                 what="edit a personal link away", txn_id=txn)
+            except ConnectorError as e:  # the person left the room: nothing to edit there
+                self.log.info("matrix: a personal link message kept its text (%s)", e.message)
+
+
+def sender_of(source: dict[str, Any]) -> Sender:
+    """A Matrix event's sender as core's Sender: ``matrix:@alice:example.org``."""
+    user_id = str(source.get("sender"))
+    return Sender(user_id, f"matrix:{user_id}", user_id)
 
 
 def _notice_lines(message: str) -> list[str]:

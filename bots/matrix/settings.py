@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from handraise.core.chat import RoutedSettings, TenantRoute
 
 # A Matrix user id: @localpart:server (the server part may carry a port).
 _USER_ID = re.compile(r"@[^:\s]+:[^\s]+")
@@ -12,10 +14,8 @@ _USER_ID = re.compile(r"@[^:\s]+:[^\s]+")
 _ROOM_ID = re.compile(r"![^\s]+")
 
 
-class MatrixTenantSettings(BaseModel):
+class MatrixTenantSettings(TenantRoute):
     """``[matrix.tenants.<tenant id>]``: where that tenant's requests are posted and who answers."""
-
-    model_config = ConfigDict(extra="forbid")
 
     room_ids: list[str] = Field(min_length=1)
     # Full Matrix ids ("@alice:example.org"); nobody else's answer is taken.
@@ -37,11 +37,18 @@ class MatrixTenantSettings(BaseModel):
                 raise ValueError(f"{user_id!r} is not a Matrix user id like @alice:example.org")
         return list(dict.fromkeys(value))
 
+    def places(self) -> list[str]:
+        return list(self.room_ids)
 
-class MatrixSettings(BaseModel):
-    """The bot account and its rooms. Give exactly one of ``access_token`` or ``password``."""
+    def people(self) -> list[str]:
+        return list(self.allowed_users)
 
-    model_config = ConfigDict(extra="forbid")
+
+class MatrixSettings(RoutedSettings):
+    """The bot account and its rooms. Give exactly one of ``access_token`` or ``password``.
+    Every room serves one tenant (checked by :class:`RoutedSettings`)."""
+
+    place_word = "room"
 
     homeserver: str
     user_id: str
@@ -71,17 +78,9 @@ class MatrixSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_secret_and_one_tenant_per_room(self) -> MatrixSettings:
+    def _one_secret(self) -> MatrixSettings:
         if (self.access_token is None) == (self.password is None):
             raise ValueError("give exactly one of access_token or password")
-        owner: dict[str, str] = {}
-        for tenant_id, tenant in self.tenants.items():
-            for room_id in tenant.room_ids:
-                # Everyone in a room reads every card posted there: sharing a
-                # room would show one tenant's questions to another's people.
-                if room_id in owner:
-                    raise ValueError(f"room {room_id} is configured for tenants {owner[room_id]} and {tenant_id}")
-                owner[room_id] = tenant_id
         return self
 
     def room_tenants(self) -> dict[str, str]:

@@ -133,12 +133,18 @@ class MatrixDriver(ConnectorDriver):
                          if room == self.room_id and e.get("sender") == self.bot_id)
 
     async def assert_refused(self, action: Action) -> None:
-        body = (await self.notice(action))["content"]["body"]
-        assert "not authorized" in body.lower(), body
+        """Told privately, once per request: a direct message from the bot, nothing in the room."""
+        person = self.people[action.stranger]
+        told = await person.direct_message(self.bot_id, lambda e: "not authorized" in
+                                           (e.get("content") or {}).get("body", "").lower(), what="the refusal")
+        assert "/f/" not in told["content"]["body"]
+        public = [e for r, e in person.seen if r == self.room_id and e.get("sender") == self.bot_id
+                  and "not authorized" in (e.get("content") or {}).get("body", "").lower()]
+        assert public == []
 
     async def assert_reply_removed(self, action: Action) -> None:
         body = (await self.notice(action))["content"]["body"]
-        assert "removed" in body and "form" in body, body
+        assert "deleted" in body and "form" in body, body
         fetched = await self.human.client.room_get_event(self.room_id, action.handle["event_id"])
         assert isinstance(fetched, RoomGetEventResponse), fetched
         assert fetched.event.source["content"] == {}  # redacted: gone from the room's history

@@ -26,12 +26,55 @@ class Human:
         self.client.user_id = self.user_id
         self.access_token = token
         self.seen: list[tuple[str, dict[str, Any]]] = []
+        # Room -> who invited this person there (from /sync's invites).
+        self.invited_by: dict[str, str] = {}
+        # Room -> (notification_count, highlight_count), as the newest /sync that named the room said.
+        self.unread: dict[str, tuple[int, int]] = {}
+        self.joined: set[str] = set()
 
     async def sync(self, timeout_ms: int = 500) -> None:
         response = await self.client.sync(timeout=timeout_ms, since=self.client.next_batch)
         assert isinstance(response, SyncResponse), response
         for room_id, info in response.rooms.join.items():
             self.seen.extend((room_id, e.source) for e in info.timeline.events)
+            counts = info.unread_notifications
+            if counts is not None and counts.notification_count is not None:
+                self.unread[room_id] = (counts.notification_count, counts.highlight_count or 0)
+        for room_id, info in response.rooms.invite.items():
+            for event in info.invite_state:
+                if getattr(event, "state_key", None) == self.user_id and getattr(event, "membership", "") == "invite":
+                    self.invited_by[room_id] = event.sender
+
+    async def direct_room_from(self, inviter: str, *, timeout: float = 30) -> str:
+        """The direct room ``inviter`` opened with this person, joined (waiting for the invite)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for room_id, sender in self.invited_by.items():
+                if sender == inviter:
+                    if room_id not in self.joined:
+                        await self.join(room_id)
+                        await self.sync()
+                    return room_id
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.user_id} was never invited to a direct room by {inviter}")
+            await self.sync()
+
+    async def direct_message(self, inviter: str, predicate: Callable[[dict[str, Any]], bool], *,
+                             what: str, timeout: float = 30) -> dict[str, Any]:
+        """A message from ``inviter`` in their direct room with this person."""
+        room_id = await self.direct_room_from(inviter, timeout=timeout)
+        return await self.expect(room_id, lambda e: e.get("sender") == inviter and predicate(e), what=what,
+                                 timeout=timeout)
+
+    async def unread_in(self, room_id: str, *, above: int, timeout: float = 30) -> tuple[int, int]:
+        """(notifications, highlights) in ``room_id`` once the notification count is above ``above``."""
+        deadline = time.monotonic() + timeout
+        while self.unread.get(room_id, (0, 0))[0] <= above:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.user_id}'s unread count in {room_id} stayed at "
+                                     f"{self.unread.get(room_id)}")
+            await self.sync()
+        return self.unread[room_id]
 
     async def expect(self, room_id: str, predicate: Callable[[dict[str, Any]], bool], *,
                      what: str, timeout: float = 30) -> dict[str, Any]:
@@ -78,6 +121,7 @@ class Human:
     async def join(self, room_id: str) -> None:
         response = await self.client.join(room_id)
         assert response.__class__.__name__ == "JoinResponse", response
+        self.joined.add(room_id)
 
 
 def relates(event: dict[str, Any]) -> dict[str, Any]:

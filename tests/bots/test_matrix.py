@@ -20,7 +20,7 @@ from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 from nio import RoomCreateResponse, RoomGetEventResponse
 
 from handraise.bots.matrix import MatrixConnector
-from handraise.bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from handraise.bots.matrix.cards import FORM_KEY, THUMBS_DOWN, THUMBS_UP
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.store import Store
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
@@ -137,8 +137,8 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
             ["Note (note) Why <now>?", "text, at most 20 characters", "optional"],
         ])
         assert "&lt;now&gt;" in html_body
-        link = re.search(r'<a href="([^"]+)">fill the form</a>', html_body)
-        assert link and link.group(1).startswith("http://127.0.0.1:8080/f/")
+        # No form link in the room, where anyone could open it: 📝 asks for one's own, by direct message.
+        assert "/f/" not in content["body"] and "/f/" not in html_body
 
         # The plain body carries the same content for clients without HTML.
         body = content["body"]
@@ -146,13 +146,29 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         for line in ("✱ Port (port): integer from 1 to 65535",
                      "✱ Environment (env): one of: canary, stable",
                      "Note (note): text, at most 20 characters — Why <now>?",
-                     'reply to this message with one "field: value" line per field'):
+                     'reply to this message with one "field: value" line per field',
+                     f"Or, for the form, react {FORM_KEY} to this message"):
             assert line in body
-        assert link.group(1) in body
 
-        # The link is a live one-time form link for this request.
-        _, opened = await api.app[SERVICE].open_link(link.group(1).rsplit("/", 1)[1])
+        # The bot's own 📝 sits under the card, so asking is one click; a stranger's 📝 gets no link.
+        room, bot, card_id = world.room_id, world.bot_id, card["event_id"]
+        form_key = await world.human.expect(room, is_reaction_on(card_id, FORM_KEY, bot), what="the bot's 📝")
+        await world.stranger.react(room, card_id, FORM_KEY)
+        await world.human.react(room, card_id, FORM_KEY)
+        sent = await world.human.direct_message(bot, lambda e: "/f/" in e["content"].get("body", ""),
+                                                what="the personal link")
+        assert question in sent["content"]["body"] and "<img" not in sent["content"]["formatted_body"]
+        url = re.search(r"http://127\.0\.0\.1:8080/f/\S+", sent["content"]["body"])
+        assert url is not None
+        link, opened = await api.app[SERVICE].open_link(url.group(0).rsplit("/", 1)[1])
         assert opened.id == created["id"]
+        assert link.answers_as == f"matrix:{world.human.user_id}"  # the link is this person's, not the room's
+        told = await world.stranger.direct_message(bot, lambda e: "not authorized" in e["content"].get("body", ""),
+                                                   what="the stranger told privately")
+        assert "/f/" not in told["content"]["body"]
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=created["id"])
+        assert [e["principal"] for e in entries if e["event"] == "answer_refused"] == [
+            f"matrix:{world.stranger.user_id}"]
 
         reply_id = await world.human.reply(world.room_id, card, "PORT: 8080\nenvironment: Canary\nnote: now")
         done = await api.wait(created["id"], timeout=30)
@@ -166,7 +182,12 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
             world.room_id, is_edit_of(card["event_id"], world.bot_id, f"Answered by {world.human.user_id}"),
             what="the card edited to show the answer")
         new = edit["content"]["m.new_content"]
-        assert question in new["body"] and "fill the form" not in new["formatted_body"]
+        assert question in new["body"] and "/f/" not in new["body"]
+        # Everything that offered the form goes with the request: the personal link, the bot's 📝.
+        dm_room = await world.human.direct_room_from(bot)
+        await world.human.expect(dm_room, is_edit_of(sent["event_id"], bot, "Answered"), what="the link edited away")
+        await world.human.expect(room, lambda e: e.get("type") == "m.room.redaction" and form_key["event_id"] in (
+            e.get("redacts"), (e.get("content") or {}).get("redacts")), what="the bot's 📝 taken back")
 
 
 @VERSIONS
@@ -180,10 +201,12 @@ async def test_single_value_requests_by_thread_bare_value_and_reactions(world: W
         yes_no = await api.create(request_body(f"Proceed? {tag}", schema={"type": "boolean"}))
         approval = await api.create(request_body(f"Drop the table? {tag}", kind="approval"))
         approval2 = await api.create(request_body(f"Rotate keys? {tag}", kind="approval"))
+        quoted = await api.create(request_body(f"Latency budget? {tag}"))
         human, room = world.human, world.room_id
         cards = {}
         for name, question in (("free", "Free text?"), ("enum", "Which track?"), ("yes_no", "Proceed?"),
-                               ("approval", "Drop the table?"), ("approval2", "Rotate keys?")):
+                               ("approval", "Drop the table?"), ("approval2", "Rotate keys?"),
+                               ("quoted", "Latency budget?")):
             cards[name] = await human.expect(room, is_card(world.bot_id, f"{question} {tag}"), what=name)
 
         assert "To answer, reply to this message with your answer." in cards["free"]["content"]["body"]
@@ -197,17 +220,27 @@ async def test_single_value_requests_by_thread_bare_value_and_reactions(world: W
         await human.react(room, cards["yes_no"]["event_id"], THUMBS_UP + "\ufe0f")
         await human.react(room, cards["approval"]["event_id"], THUMBS_DOWN)
         await human.reply(room, cards["approval2"], "approve because the window is open")
+        # A reply without a fallback (clients dropped them) whose own text starts with ">": kept whole.
+        await human.send(room, {"msgtype": "m.text", "body": "> 5 ms is fine",
+                                "m.relates_to": {"m.in_reply_to": {"event_id": cards["quoted"]["event_id"]}}})
 
         results = {name: await api.wait(req["id"], timeout=30) for name, req in
                    (("free", free), ("enum", enum), ("yes_no", yes_no), ("approval", approval),
-                    ("approval2", approval2))}
+                    ("approval2", approval2), ("quoted", quoted))}
         assert {k: v["status"] for k, v in results.items()} == dict.fromkeys(results, "answered")
         assert results["free"]["response"] == "Ship it on Friday"
         assert results["enum"]["response"] == "stable"
         assert results["yes_no"]["response"] is True
         assert results["approval"]["response"] == {"decision": "reject"}
         assert results["approval2"]["response"] == {"decision": "approve", "reason": "the window is open"}
+        assert results["quoted"]["response"] == "> 5 ms is fine"
         assert {v["answered_by"] for v in results.values()} == {f"matrix:{human.user_id}"}
+        # An outcome says the decision, and the reason.
+        await human.expect(room, is_edit_of(cards["approval"]["event_id"], world.bot_id,
+                                            f"❌ Rejected by {human.user_id} via Matrix"), what="rejected")
+        approved = await human.expect(room, is_edit_of(cards["approval2"]["event_id"], world.bot_id,
+                                                       f"✅ Approved by {human.user_id} via Matrix"), what="approved")
+        assert "Reason: the window is open" in approved["content"]["m.new_content"]["body"]
 
 
 # -- refusals -------------------------------------------------------------------------
@@ -232,7 +265,7 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         # The sensitive card holds generic text and the link only.
         assert secret_question not in secret_card["content"]["body"]
         assert secret_question not in secret_card["content"]["formatted_body"]
-        assert "/f/" in secret_card["content"]["body"]
+        assert "/f/" not in secret_card["content"]["body"] and FORM_KEY in secret_card["content"]["body"]
 
         # An invalid answer: a threaded reply lists each error; nothing resumes.
         bad_id = await human.reply(room, card, "port: 99999\nenv: production\ncolour: red")
@@ -249,15 +282,24 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         notice = await human.expect(room, is_notice_to(bad_again, bot), what="the second error list")
         assert "- port: Enter a whole number from 1 to 65535." in notice["content"]["body"]
 
-        # A stranger: a short notice, nothing changes.
-        stranger_id = await stranger.reply(room, card, "port: 443\nenv: stable")
-        refusal = await human.expect(room, is_notice_to(stranger_id, bot), what="the stranger's notice")
-        assert "not authorized" in refusal["content"]["body"]
+        # A stranger: told once, privately; the room hears nothing, nothing changes.
+        stranger_ids = [await stranger.reply(room, card, "port: 443\nenv: stable"),
+                        await stranger.in_thread(room, card["event_id"], "port: 80\nenv: stable")]
+        await stranger.direct_message(bot, lambda e: "not authorized" in e["content"].get("body", ""),
+                                      what="the stranger told privately")
 
         # A chat reply to the sensitive request: redacted, and pointed to the form.
         leaked_id = await human.reply(room, secret_card, "123456")
         pointer = await human.expect(room, is_notice_to(leaked_id, bot), what="the pointer to the form")
-        assert "removed" in pointer["content"]["body"] and "form" in pointer["content"]["body"]
+        assert "deleted" in pointer["content"]["body"] and f"react {FORM_KEY}" in pointer["content"]["body"]
+        # Handled in order: the stranger's messages were handled before this pointer.
+        assert not [e for r, e in human.seen if r == room and e.get("sender") == bot and set(stranger_ids) & {
+            relates(e).get("event_id"), (relates(e).get("m.in_reply_to") or {}).get("event_id")}]
+        await stranger.sync()
+        stranger_dm = await stranger.direct_room_from(bot)
+        dms = [e for r, e in stranger.seen if r == stranger_dm and e.get("sender") == bot
+               and e.get("type") == "m.room.message"]
+        assert len(dms) == 1, dms
         fetched = await human.client.room_get_event(room, leaked_id)
         assert isinstance(fetched, RoomGetEventResponse), fetched
         assert fetched.event.source["content"] == {}
@@ -290,6 +332,37 @@ async def test_invalid_answer_stranger_and_sensitive_reply_are_refused(
         assert done["response"] == {"port": 443, "env": "stable"}
         assert done["answered_by"] == f"matrix:{human.user_id}"
         await human.expect(room, is_reaction_on(good_id, "✅", bot), what="✅")
+
+
+# -- notifications -----------------------------------------------------------------------
+
+
+async def test_cards_and_reminders_notify_the_people_who_may_answer(world: World) -> None:
+    """Measured as a client sees it: /sync's unread counts. An m.notice would raise nothing (the
+    default push rules mute notices); the card and its reminder are m.text mentioning the allowed people."""
+    human, stranger, room, bot = world.human, world.stranger, world.room_id, world.bot_id
+    tag = uuid.uuid4().hex[:6]
+    async with running_app(world.settings(remind_after_seconds=1), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        await human.sync()
+        await stranger.sync()
+        before, highlights_before = human.unread.get(room, (0, 0))
+        await api.create(request_body(f"Who is on call? {tag}"))
+        card = await human.expect(room, is_card(bot, f"Who is on call? {tag}"), what="the card")
+        assert card["content"]["msgtype"] == "m.text"
+        assert card["content"]["m.mentions"] == {"user_ids": [human.user_id]}
+        assert f'href="https://matrix.to/#/{human.user_id}"' in card["content"]["formatted_body"]  # a pill
+        after_card, highlights = await human.unread_in(room, above=before)
+        assert highlights > highlights_before  # mentioned, not only counted
+
+        reminder = await human.expect(room, lambda e: is_notice_to(card["event_id"], bot)(e)
+                                      and "Reminder" in e["content"]["body"], what="the reminder")
+        assert reminder["content"]["m.mentions"] == {"user_ids": [human.user_id]}
+        _, highlights_after = await human.unread_in(room, above=after_card)
+        assert highlights_after > highlights
+        # The stranger reads the room, but is not who the question asks: never highlighted.
+        await stranger.expect(room, lambda e: e.get("event_id") == reminder["event_id"], what="the reminder")
+        assert stranger.unread.get(room, (0, 0))[1] == 0
 
 
 # -- expiry and cancel ------------------------------------------------------------------
@@ -462,7 +535,7 @@ async def test_invite_to_a_configured_room_is_joined_and_missing_redact_power_is
             card = await human.expect(room, is_card(bot_id, "A sensitive request"), what="the sensitive card")
             leaked = await human.reply(room, card, "4321")
             pointer = await human.expect(room, is_notice_to(leaked, bot_id), what="the pointer")
-            assert "could not remove your message" in pointer["content"]["body"]
+            assert "please delete your reply" in pointer["content"]["body"]
             assert f"lacks the power to redact in room {room}" in caplog.text
             status, body = await api.call("GET", f"/v1/requests/{secret['id']}")
             assert body["status"] == "pending"
@@ -569,7 +642,8 @@ async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: Wor
         await human.expect(room, is_reaction_on(reply_two, "✅", bot), what="✅ on two")
         await human.expect(room, is_edit_of(card_two["event_id"], bot, "Answered"), what="card two edited")
         # Each answer was handled by exactly one instance: one ✅ each, no "already answered" notices.
-        ticks = [e for r, e in human.seen if r == room and e.get("type") == "m.reaction" and e.get("sender") == bot]
+        ticks = [e for r, e in human.seen if r == room and e.get("type") == "m.reaction" and e.get("sender") == bot
+                 and relates(e).get("key") == "✅"]
         assert sorted(relates(e)["event_id"] for e in ticks) == sorted([reply_one, reply_two])
         assert not [e for r, e in human.seen if r == room and "already answered" in
                     (e.get("content") or {}).get("body", "")]

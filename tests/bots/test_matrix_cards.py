@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from handraise.bots.matrix import MatrixConnector
-from handraise.bots.matrix.cards import answer_text, card_content, outcome_content, reaction_vote
+from handraise.bots.matrix.cards import (
+    FORM_KEY,
+    answer_text,
+    card_content,
+    link_closed_content,
+    link_content,
+    outcome_content,
+    reaction_vote,
+)
 from handraise.bots.matrix.connector import level_needed, message_key, power_of
 from conftest import base_config, settings_from
 from handraise.core.api import RequestView
@@ -154,14 +162,15 @@ def test_v10_power_comes_from_the_users_map() -> None:
 # -- cards ----------------------------------------------------------------------------
 
 
-def test_sensitive_card_holds_no_question() -> None:
-    content = card_content(view(sensitive=True, message_for_user="Your bank PIN"), link_url="https://h/f/tok")
+def test_sensitive_card_holds_no_question_and_no_link() -> None:
+    content = card_content(view(sensitive=True, message_for_user="Your bank PIN"))
     assert "PIN" not in content["body"] and "PIN" not in content["formatted_body"]
-    assert "https://h/f/tok" in content["body"] and 'href="https://h/f/tok"' in content["formatted_body"]
+    # Everyone in the room reads the card: a link there would let any member answer.
+    assert "/f/" not in content["body"] and "href" not in content["formatted_body"]
+    assert f"react {FORM_KEY} to this message" in content["body"] and "direct message" in content["body"]
     # An m.text (m.notice is silenced by default push rules), mentioning no one unless asked to.
     assert content["msgtype"] == "m.text" and content["m.mentions"] == {}
-    asked = card_content(view(sensitive=True, message_for_user="@room PIN"), link_url="https://h/f/tok",
-                         people=["@alice:example.org"])
+    asked = card_content(view(sensitive=True, message_for_user="@room PIN"), people=["@alice:example.org"])
     assert asked["m.mentions"] == {"user_ids": ["@alice:example.org"]} and "@alice:example.org" in asked["body"]
 
 
@@ -173,7 +182,7 @@ def test_sensitive_card_holds_no_question() -> None:
     (APPROVAL_SCHEMA, "approval", "To answer, reply approve or reject"),
 ])
 def test_single_value_cards_say_how_to_answer_in_one_line(schema: Any, kind: str, line: str) -> None:
-    content = card_content(view(schema=schema, kind=kind), link_url="https://h/f/t")
+    content = card_content(view(schema=schema, kind=kind))
     assert line in content["body"]
     assert "<table>" not in content["formatted_body"]
 
@@ -182,9 +191,8 @@ def test_untrusted_text_is_escaped_in_the_table() -> None:
     schema = {"type": "object", "properties": {
         "pick": {"type": "string", "enum": ["<b>bold</b>", "a&b"], "title": "<i>Pick</i>"},
         "code": {"type": "string", "pattern": "^<[a-z]+>$"}}}
-    formatted = card_content(view(schema=schema, message_for_user="<script>x</script>"),
-                             link_url='https://h/f/"x')["formatted_body"]
-    for raw in ("<b>bold</b>", "<i>Pick</i>", "<script>", '"x"', "^<[a-z]+>$"):
+    formatted = card_content(view(schema=schema, message_for_user="<script>x</script>"))["formatted_body"]
+    for raw in ("<b>bold</b>", "<i>Pick</i>", "<script>", "^<[a-z]+>$"):
         assert raw not in formatted
     # A pattern is never shown: people read "in a set format" (or the field's description).
     assert "&lt;b&gt;bold&lt;/b&gt;, a&amp;b" in formatted and "in a set format" in formatted
@@ -214,7 +222,7 @@ def test_a_reply_of_ones_own_that_starts_with_a_quote_mark_is_kept() -> None:
 def test_a_form_with_a_secret_field_is_answered_only_in_the_form() -> None:
     schema = {"type": "object", "properties": {"user": {"type": "string"},
                                                "password": {"type": "string", "format": "password"}}}
-    content = card_content(view(schema=schema, message_for_user="Log in"), link_url="https://h/f/tok")
+    content = card_content(view(schema=schema, message_for_user="Log in"))
     assert "password: …" not in content["body"] and "secret text" not in content["body"]
     assert "answered only in the form" in content["body"]
 
@@ -225,3 +233,15 @@ def test_an_approval_outcome_says_the_decision_and_the_reason() -> None:
                 resolved_via="matrix")
     body = outcome_content(done, card_event_id="$card")["m.new_content"]["body"]
     assert "❌ Rejected by @alice:h via Matrix" in body and "Reason: too risky" in body
+
+
+def test_a_personal_link_message_holds_the_link_and_loses_it_at_the_end() -> None:
+    url = 'https://h/f/tok"<x>'
+    sent = link_content(url, view(message_for_user="Deploy <now>?"))
+    assert sent["msgtype"] == "m.text" and url in sent["body"] and "Deploy <now>?" in sent["body"]
+    assert 'href="https://h/f/tok&quot;&lt;x&gt;"' in sent["formatted_body"] and "<now>" not in sent["formatted_body"]
+    secret = link_content(url, view(sensitive=True, message_for_user="Your PIN"))
+    assert "PIN" not in secret["body"] and "PIN" not in secret["formatted_body"]
+    closed = link_closed_content(view(status="cancelled", resolved_at=1_700_000_100.0), event_id="$dm")
+    assert closed["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$dm"}
+    assert "/f/" not in str(closed) and "Cancelled" in closed["m.new_content"]["body"]
