@@ -13,7 +13,7 @@ from conftest import Api
 from nio import RoomGetEventResponse
 
 from handraise.bots.matrix import MatrixConnector
-from handraise.bots.matrix.cards import THUMBS_DOWN, THUMBS_UP
+from handraise.bots.matrix.cards import FORM_KEY, THUMBS_DOWN, THUMBS_UP
 from handraise.core.appkeys import CONNECTORS
 from handraise.core.connectors import Connector
 from harness.synapse import SynapseServer, unique_localpart
@@ -23,21 +23,9 @@ from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_noti
 _REACTIONS = {"approve": THUMBS_UP, "reject": THUMBS_DOWN, "yes": THUMBS_UP, "no": THUMBS_DOWN}
 
 
-# Until Matrix answers through core/chat.py's answer_from_chat (issue 10; the helper connmx is moving it).
-_ON_ITS_OWN_PATH = "Matrix still reads chat answers on its own path, not core/chat.py's answer_from_chat"
-
 
 class MatrixDriver(ConnectorDriver):
     channel = "matrix"
-    pending = {
-        "test_casual_remarks_on_an_approval_change_nothing":
-            f"{_ON_ITS_OWN_PATH}: its hint on a remark does not say nothing was changed",
-        "test_a_link_reached_through_the_chat_is_personal":
-            f"{_ON_ITS_OWN_PATH}: the card carries one form link for the whole room (issue 10 defect 1); "
-            "open_form here must then ask for the person's own link the new way",
-        "test_a_stranger_is_told_at_most_once_in_the_shared_chat":
-            f"{_ON_ITS_OWN_PATH}: a stranger gets a notice in the room each time they reply",
-    }
 
     def __init__(self, server: SynapseServer) -> None:
         self.server = server
@@ -103,7 +91,13 @@ class MatrixDriver(ConnectorDriver):
                                        what="the bot's notice")
 
     async def told(self, action: Action) -> str:
+        if action.stranger:  # strangers are told privately, once per request
+            return str((await self.private_refusal(self.people[True]))["content"]["body"])
         return str((await self.notice(action))["content"]["body"])
+
+    async def private_refusal(self, person: Human) -> dict[str, Any]:
+        return await person.direct_message(self.bot_id, lambda e: "not authorized" in
+                                           (e.get("content") or {}).get("body", "").lower(), what="the refusal")
 
     async def assert_removed(self, action: Action) -> None:
         fetched = await self.human.client.room_get_event(self.room_id, action.handle["event_id"])
@@ -121,10 +115,30 @@ class MatrixDriver(ConnectorDriver):
         return str(edits[-1]["content"]["m.new_content"]["body"])
 
     async def open_form(self, posted: Posted, *, stranger: bool = False) -> str | None:
-        # The card's own link, as every member of the room reads it.
-        card = await self.card(posted)
-        found = re.search(r"https?://\S+/f/[A-Za-z0-9_-]+", card["content"]["body"])
+        """A 📝 on the card, as the card says: the bot answers in a direct message."""
+        person = self.people[stranger]
+        before = {e.get("event_id") for _, e in person.seen}
+        await person.react(self.room_id, posted.ref["event_id"], FORM_KEY)
+        if stranger:
+            assert "/f/" not in (await self.private_refusal(person))["content"]["body"]
+            return None
+        sent = await person.direct_message(
+            self.bot_id, lambda e: e.get("event_id") not in before
+            and "/f/" in (e.get("content") or {}).get("body", ""), what="the personal link")
+        found = re.search(r"https?://\S+/f/[A-Za-z0-9_-]+", sent["content"]["body"])
         return found[0] if found else None
+
+    async def assert_no_buttons_left(self) -> None:
+        """Every direct message that carried a link is edited to the outcome, without it."""
+        person = self.human
+        dm = await person.direct_room_from(self.bot_id)
+        links = [e for room, e in person.seen if room == dm and e.get("sender") == self.bot_id
+                 and not relates(e) and "/f/" in (e.get("content") or {}).get("body", "")]
+        assert links, "no personal link was sent"
+        for sent in links:
+            edit = await person.expect(dm, lambda e, sent=sent: relates(e).get("rel_type") == "m.replace"
+                                       and relates(e).get("event_id") == sent["event_id"], what="the link edited away")
+            assert "/f/" not in str(edit["content"]), edit
 
     async def shared_view(self, posted: Posted) -> str:
         await self.card(posted)
@@ -135,8 +149,7 @@ class MatrixDriver(ConnectorDriver):
     async def assert_refused(self, action: Action) -> None:
         """Told privately, once per request: a direct message from the bot, nothing in the room."""
         person = self.people[action.stranger]
-        told = await person.direct_message(self.bot_id, lambda e: "not authorized" in
-                                           (e.get("content") or {}).get("body", "").lower(), what="the refusal")
+        told = await self.private_refusal(person)
         assert "/f/" not in told["content"]["body"]
         public = [e for r, e in person.seen if r == self.room_id and e.get("sender") == self.bot_id
                   and "not authorized" in (e.get("content") or {}).get("body", "").lower()]
