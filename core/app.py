@@ -14,6 +14,7 @@ from aiohttp import ClientSession, ClientTimeout, web
 
 from handraise.core.annotations import AnnotationService
 from handraise.core.appkeys import (
+    ADMISSION,
     ANNOTATIONS,
     BUS,
     CONNECTORS,
@@ -38,6 +39,7 @@ from handraise.core.http import health, hitl, home, openapi
 from handraise.core.http import inbox as inbox_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
+from handraise.core.http.admission import WriteAdmission
 from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
 from handraise.core.inbox import InboxAccess
@@ -55,7 +57,12 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     """Build the application. Connectors default to the enabled ones found by entry point."""
     # Find the connectors first: a configured one that cannot be imported fails before anything opens.
     classes = load_enabled(settings) if connector_classes is None else connector_classes
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
+    admission = WriteAdmission(limit=settings.limits.max_writes_in_flight,
+                               retry_after=settings.limits.overload_retry_after_seconds)
+    # The error handler is outermost: an overloaded refusal is written as the flat envelope too.
+    app = web.Application(middlewares=[error_middleware, admission.middleware()],
+                          client_max_size=settings.server.max_body_bytes)
+    app[ADMISSION] = admission
     instance_id = instance_id or secrets.token_hex(6)
     store = Store(url=settings.storage.url, secret=_server_secret(settings), pool_size=settings.storage.pool_size,
                   instance_id=instance_id)

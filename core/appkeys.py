@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from handraise.core.annotations import AnnotationService
     from handraise.core.connectors import Connector
     from handraise.core.dispatch import Dispatcher
+    from handraise.core.http.admission import WriteAdmission
     from handraise.core.http.auth import Keyring
     from handraise.core.inbox import InboxAccess
     from handraise.core.metrics import Metrics
@@ -31,3 +32,4 @@ HTTP_SESSION = web.AppKey("http_session", ClientSession)
 INSTANCE_ID = web.AppKey("instance_id", str)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 INBOX: web.AppKey[InboxAccess] = web.AppKey("inbox")
+ADMISSION: web.AppKey[WriteAdmission] = web.AppKey("admission")

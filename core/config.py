@@ -131,6 +131,10 @@ class LimitsSettings(_Section):
     # within the window; beyond it 429 with Retry-After, and nothing is journaled.
     max_failed_attempts: int = Field(default=20, ge=1)
     failed_attempts_window_seconds: float = Field(default=300.0, gt=0)
+    # Backpressure: writes (POST and the like) one instance works on at once; past it 503 overloaded
+    # with Retry-After at once, nothing done. 0: no bound.
+    max_writes_in_flight: int = Field(default=128, ge=0)
+    overload_retry_after_seconds: int = Field(default=1, ge=1, le=60)
 
     @model_validator(mode="after")
     def _default_within_max(self) -> LimitsSettings:

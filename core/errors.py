@@ -24,7 +24,9 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── ValidationFailedError (422 validation_error) a body field is wrong
     │   ├── InvalidSchemaError (422 invalid_schema)
     │   └── InvalidAnswerError (422 invalid_answer)  details.fields: [{"field", "message"}]
-    ├── RateLimitedError (429 rate_limited)
+    ├── RetryLaterError                               with Retry-After
+    │   ├── RateLimitedError (429 rate_limited)
+    │   └── OverloadedError (503 overloaded)          too many writes in flight
     ├── CapabilityNotProvidedError (501 capability_not_provided)
     └── UnavailableError (503 unavailable)           the store does not answer
 """
@@ -150,14 +152,18 @@ class InvalidAnswerError(ValidationFailedError):
     code = "invalid_answer"
 
 
-class RateLimitedError(HandraiseError):
-    code = "rate_limited"
-    status = 429
+class RetryLaterError(HandraiseError):
+    """A refusal that says when to try again (the Retry-After header)."""
 
     def __init__(self, message: str = "", *, retry_after: int = 1) -> None:
         super().__init__(message)
         # Seconds; sent as the Retry-After header.
         self.retry_after = retry_after
+
+
+class RateLimitedError(RetryLaterError):
+    code = "rate_limited"
+    status = 429
 
 
 class CapabilityNotProvidedError(HandraiseError):
@@ -167,4 +173,11 @@ class CapabilityNotProvidedError(HandraiseError):
 
 class UnavailableError(HandraiseError):
     code = "unavailable"
+    status = 503
+
+
+class OverloadedError(RetryLaterError):
+    """Past the instance's bound on writes in flight (``limits.max_writes_in_flight``): nothing was done."""
+
+    code = "overloaded"
     status = 503

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from handraise.core.errors import HandraiseError, RateLimitedError, error_body
+from handraise.core.errors import HandraiseError, OverloadedError, RetryLaterError, error_body
 from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.logs import mask_tokens
 
@@ -26,7 +26,7 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
 
 
 def error_response(err: HandraiseError) -> web.Response:
-    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, RateLimitedError) else None
+    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, RetryLaterError) else None
     return web.json_response(err.to_json(), status=err.status, headers=headers)
 
 
@@ -36,7 +36,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         refuse_malformed(request)
         return await handler(request)
     except HandraiseError as e:
-        if e.status >= 500:
+        if e.status >= 500 and not isinstance(e, OverloadedError):  # shedding is not a failure
             log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
         return error_response(e)
     except web.HTTPException as e:

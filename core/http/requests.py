@@ -11,7 +11,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from handraise.core.api import Id, LinkBody, RequestView, Status, SubmitBody, parse_body
-from handraise.core.appkeys import KEYRING, SERVICE, SETTINGS
+from handraise.core.appkeys import ADMISSION, KEYRING, SERVICE, SETTINGS
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
 
@@ -127,7 +127,9 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "ask")
     service = request.app[SERVICE]
     body = service.parse_create(await read_json(request))
-    view, _ = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
+    # Only the create counts against the bound on writes in flight, not the wait after it.
+    with request.app[ADMISSION].admit():
+        view, _ = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
     while not view.terminal:
         remaining = view.expires_at - service.clock()
         view = await service.wait(tenant_id=principal.tenant_id, request_id=view.id, timeout=max(remaining, 0) + 1)
