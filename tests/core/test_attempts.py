@@ -18,6 +18,7 @@ from conftest import (
     settings_from,
 )
 from handraise.core.config import hash_key
+from handraise.core.http.auth import UNKNOWN_KEY_RELOAD
 from handraise.core.appkeys import SERVICE, STORE
 from handraise.webforms.connector import WebFormsConnector
 
@@ -76,23 +77,28 @@ async def test_a_form_link_that_keeps_failing_gets_a_429_page(storage_url: str) 
 
 
 async def test_unknown_bearer_keys_are_answered_without_a_store_query_each(sqlite_api: Api) -> None:
+    # Counted at the key table, not at every read: the sweeper reads the store on its own schedule.
     store = sqlite_api.app[STORE]
     reads = 0
-    real_read = store._read
+    real_list = store.list_api_keys
 
-    async def counting_read(*args: Any) -> Any:
+    async def counting_list(*args: Any, **kwargs: Any) -> Any:
         nonlocal reads
         reads += 1
-        return await real_read(*args)
+        return await real_list(*args, **kwargs)
 
-    store._read = counting_read  # type: ignore[method-assign]
+    store.list_api_keys = counting_list  # type: ignore[method-assign]
+    started = time.monotonic()
     try:
         for _ in range(50):
             status, err = await sqlite_api.call("GET", "/v1/requests", key=f"hr_{secrets.token_urlsafe(24)}")
             assert status == 401 and err["error"] == "unauthorized"
     finally:
-        store._read = real_read  # type: ignore[method-assign]
-    assert reads <= 2, reads
+        store.list_api_keys = real_list  # type: ignore[method-assign]
+    # One re-read per UNKNOWN_KEY_RELOAD at most: on a loaded machine the 50 calls may span a few
+    # seconds, never fifty.
+    allowed = 2 + int((time.monotonic() - started) / UNKNOWN_KEY_RELOAD)
+    assert reads <= min(allowed, 10), (reads, allowed)
 
 
 async def test_a_stored_key_works_at_once_and_a_revoked_one_stops(sqlite_api: Api) -> None:
