@@ -20,6 +20,7 @@ from handraise.core.appkeys import BUS, SERVICE, SETTINGS
 from handraise.core.errors import BadRequestError, HandraiseError
 from handraise.core.events import REQUEST_PROGRESS, REQUEST_RESOLVED
 from handraise.core.hitl import (
+    POLL_INTERVAL_SECONDS,
     PROGRESS_RANK,
     CreateReviewBody,
     ReviewCases,
@@ -72,7 +73,9 @@ async def poll_review(request: web.Request) -> web.StreamResponse:
     principal = await _principal(request, "ask", "read")
     view, case = await ReviewCases(service=request.app[SERVICE]).get(tenant_id=principal.tenant_id,
                                                                      case_id=request.match_info["case_id"])
-    return await send_view(request, principal, view,
+    # An open case suggests when to come back; unchanged since the client's ETag, it is a 304.
+    retry = {} if view.terminal else {"Retry-After": str(POLL_INTERVAL_SECONDS)}
+    return await send_view(request, principal, view, headers=retry, etag=True,
                            render=lambda include: poll_response(view, case, include_answer=include))
 
 

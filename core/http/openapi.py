@@ -207,8 +207,11 @@ PATHS: dict[str, dict[str, Any]] = {
         errors=(400, 401, 403, 409, 413, 422))},
     "/v1/hitl/reviews/{case_id}/status": {"get": _op(
         "HITL protocol: poll a case (pending, opened, in_progress, completed, expired, cancelled)",
-        scopes=["ask", "read"], params=[_path_id("case_id")],
-        ok={"200": _json(ReviewStatus, "The case as it stands")}, errors=(401, 403, 404))},
+        scopes=["ask", "read"],
+        params=[_path_id("case_id"), {"name": "If-None-Match", "in": "header", "schema": {"type": "string"},
+                                      "description": "The ETag of an earlier poll: 304 while nothing changed"}],
+        ok={"200": _json(ReviewStatus, "The case as it stands (ETag; Retry-After while open)"),
+            "304": {"description": "Unchanged since the If-None-Match ETag"}}, errors=(401, 403, 404))},
     "/v1/hitl/reviews/{case_id}/events": {"get": _op(
         "HITL protocol: the case's events (review.opened, review.in_progress, review.completed, review.expired, "
         "review.cancelled); ends after the terminal one", scopes=["ask", "read"],

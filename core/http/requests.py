@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handraise.core.api import Id, LinkBody, RequestView, Status, SubmitBody, parse_body
 from handraise.core.appkeys import ADMISSION, KEYRING, SERVICE, SETTINGS
+from handraise.core.canonical import canonical_json
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
 
@@ -52,12 +54,21 @@ def _may_see_response(principal: Principal, view: RequestView) -> bool:
 
 
 async def send_view(request: web.Request, principal: Principal, view: RequestView, *, status: int = 200,
-                    render: Callable[[bool], dict[str, Any]] | None = None) -> web.StreamResponse:
+                    render: Callable[[bool], dict[str, Any]] | None = None,
+                    headers: dict[str, str] | None = None, etag: bool = False) -> web.StreamResponse:
     """Write the request (``render(include_response)`` shapes it otherwise, as the HITL protocol's
-    poll response does); once a sensitive answer has reached the agent, delete it."""
+    poll response does); once a sensitive answer has reached the agent, delete it.
+
+    ``etag``: tag the body, and answer 304 to a poll whose ``If-None-Match`` names it (nothing changed).
+    """
     include = _may_see_response(principal, view)
     body = view.to_json(include_response=include) if render is None else render(include)
-    response = web.json_response(body, status=status, headers=NO_STORE)
+    headers = {**NO_STORE, **(headers or {})}
+    if etag:
+        headers["ETag"] = f'"{hashlib.sha256(canonical_json(body).encode()).hexdigest()[:32]}"'
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return web.Response(status=304, headers=headers)
+    response = web.json_response(body, status=status, headers=headers)
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()

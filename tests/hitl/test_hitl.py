@@ -247,6 +247,21 @@ async def test_a_sensitive_field_is_handed_to_the_agent_once_and_never_to_a_read
     assert again["status"] == "completed" and "482913" not in json.dumps(await poll(hitl_api, hitl["case_id"]))
 
 
+async def test_polling_is_conditional_and_suggests_an_interval(hitl_api: Api) -> None:
+    hitl = await create(hitl_api, {"type": "confirmation", "prompt": "Go?"})
+    url = hitl_api.url(f"/v1/hitl/reviews/{hitl['case_id']}/status")
+    auth = {"Authorization": f"Bearer {FORWARD_KEY}"}
+    async with hitl_api.session.get(url, headers=auth) as resp:
+        assert resp.status == 200 and resp.headers["Retry-After"] == "30"
+        tag = resp.headers["ETag"]
+    async with hitl_api.session.get(url, headers={**auth, "If-None-Match": tag}) as resp:
+        assert resp.status == 304 and await resp.read() == b""
+    assert (await answer(hitl_api, hitl["case_id"], "confirm"))[0] == 200
+    async with hitl_api.session.get(url, headers={**auth, "If-None-Match": tag}) as resp:
+        assert resp.status == 200 and resp.headers["ETag"] != tag and "Retry-After" not in resp.headers
+        assert (await resp.json())["status"] == "completed"
+
+
 async def test_a_retry_with_the_same_unique_id_gets_the_same_case(hitl_api: Api) -> None:
     body = {"type": "approval", "prompt": "Rotate the keys?", "unique_id": "rotate-1"}
     first, second = await create(hitl_api, body), await create(hitl_api, body)
