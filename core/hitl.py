@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from handraise.core.api import CreateRequestBody, Id, RequestView, UniqueId, iso
+from handraise.core.api import CreateRequestBody, Id, RequestView, UniqueId, iso, parse_body
 from handraise.core.config import Settings
 from handraise.core.errors import HandraiseError, ValidationFailedError
 from handraise.core.text import prose
@@ -253,8 +253,7 @@ CONFIRMATION_SCHEMA = {"type": "string", "oneOf": [{"const": "confirm", "title":
 def _context_lines(context: ReviewContext | None) -> list[str]:
     if context is None or not context.model_extra:
         return []
-    return [f"{key}: {value}" for key, value in context.model_extra.items()
-            if isinstance(value, (str, int, float, bool)) and not isinstance(value, dict)]
+    return [f"{key}: {value}" for key, value in context.model_extra.items() if isinstance(value, (str, int, float))]
 
 
 def to_request(body: CreateReviewBody, *, settings: Settings) -> CreateRequestBody:
@@ -275,11 +274,12 @@ def to_request(body: CreateReviewBody, *, settings: Settings) -> CreateRequestBo
         raise ValidationFailedError(f"the prompt with its context is longer than {limit} characters", fields=[
             {"field": "context", "message": f"prompt and context together: at most {limit} characters"}])
     timeout = parse_timeout(body.timeout) if body.timeout is not None else None
-    return CreateRequestBody.model_validate({
+    # Checked as any create is: text from the context that is not plain text is a 422, never a 500.
+    return parse_body(CreateRequestBody, {
         "unique_id": body.unique_id or f"hitl-{secrets.token_urlsafe(16)}",
         "message_for_user": message, "timeout_seconds": timeout, "schema": schema, "kind": kind,
         "sensitive": sensitive, "run_id": body.run_id, "channels": body.channels,
-    })
+    }, what="review")
 
 
 # -- what a client gets back (the OpenAPI document is built from these) ---------------------------

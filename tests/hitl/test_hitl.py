@@ -344,6 +344,9 @@ async def test_keys_scopes_and_tenants(hitl_api: Api) -> None:
     ({"type": "input", "prompt": "Form", "context": {"form": {"fields": [
         {"key": "p", "label": "P", "type": "text", "validation": {"pattern": "(a)\\1"}}]}}}, "schema"),
     ({"type": "approval", "prompt": "Deploy?", "timeout": 60}, "timeout"),
+    ({"type": "approval", "prompt": "Deploy?", "context": {"note": "a\u0000b"}}, "message_for_user"),
+    ({"type": "approval", "prompt": "Deploy?", "context": {"note": "x" * 9000}}, "context"),
+    ({"type": "approval", "prompt": "Deploy?", "unique_id": " padded "}, "unique_id"),
 ])
 async def test_invalid_bodies_are_422_naming_the_field(hitl_api: Api, body: dict[str, Any], field: str) -> None:
     status, data = await hitl_api.call("POST", "/v1/hitl/reviews", json=body, key=FORWARD_KEY)
