@@ -35,6 +35,9 @@ from handraise.core.errors import AlreadyAnsweredError, ExpiredError, NotFoundEr
 from handraise.core.hitl import parse_timeout, protocol_error
 from handraise.core.schema import FORMAT_CHECKER
 from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
+
+from ..webforms.html_tools import csrf_of
 
 FORWARD_KEY = "hitl-forward-key-0123456789abcdef"
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -158,6 +161,24 @@ async def test_a_case_moves_through_every_live_state_each_valid(both_stores_api:
     assert completed["status"] == "completed" and completed["completed_at"]
     assert completed["result"] == {"action": "submit", "data": {"port": 8443, "note": "behind the proxy"}}
     assert completed["responded_by"] == {"name": "operator:op-1"}
+
+
+async def test_the_person_with_the_review_url_moves_the_case_through_the_form(hitl_api: Api) -> None:
+    hitl = await create(hitl_api, {"type": "confirmation", "prompt": "Send the three emails?"})
+    path = path_of(hitl["review_url"])
+    async with hitl_api.session.get(hitl_api.url(path)) as resp:
+        csrf = csrf_of(await resp.text())
+    assert (await poll(hitl_api, hitl["case_id"]))["status"] == "opened"
+
+    async def post(value: str) -> int:
+        async with hitl_api.session.post(hitl_api.url(path), data={CSRF_FIELD: csrf, ROOT_NAME: value}) as resp:
+            return resp.status
+
+    assert await post("maybe") == 422
+    assert (await poll(hitl_api, hitl["case_id"]))["status"] == "in_progress"
+    assert await post("confirm") == 200
+    done = await poll(hitl_api, hitl["case_id"])
+    assert done["result"] == {"action": "confirm", "data": {}} and done["responded_by"]["name"].startswith("link:")
 
 
 async def test_an_expired_case_says_so_with_the_declared_default_action(hitl_api: Api) -> None:
