@@ -58,6 +58,7 @@ from handraise.core import wording
 from handraise.core.chat import ChatConnector, RoutedSettings, Sender, TenantRoute
 from handraise.core.connectors import AnswerOutcome, rating_value
 from handraise.core.errors import ConfigError, ConnectorError
+from handraise.core.people import PersonRef
 from handraise.core.redaction import redact
 from handraise.core.schema import fields
 
@@ -79,8 +80,11 @@ _FORM_TOKEN = re.compile(r"/f/[A-Za-z0-9_-]+")
 class TelegramTenantSettings(TenantRoute):
     """Where one tenant's requests go, and who may answer them."""
 
+    raw_id = re.compile(r"-?[0-9]+")
+
     chat_ids: list[int] = Field(min_length=1)
-    allowed_user_ids: list[int] = Field(min_length=1)
+    # User ids, or the tenant's people and groups by name ("alice", "group:oncall").
+    allowed_user_ids: list[int | PersonRef] = Field(min_length=1)
 
     def places(self) -> list[str]:
         return [str(c) for c in self.chat_ids]
@@ -104,7 +108,7 @@ class TelegramSettings(RoutedSettings):
     webhook_url: str | None = None
     tenant: str | None = None
     chat_ids: list[int] | None = None
-    allowed_user_ids: list[int] | None = None
+    allowed_user_ids: list[int | PersonRef] | None = None
     tenants: dict[str, TelegramTenantSettings] = Field(default_factory=dict)
     remind_after_seconds: float | None = Field(default=None, gt=0)
     # Polling: how often the poller checks it still holds the lock, and a standby tries to take over.

@@ -8,17 +8,19 @@ A bot turns its messenger's event into a :class:`Sender` and text (or a button's
 from __future__ import annotations
 
 import datetime as dt
+import re
 import secrets
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
 from handraise.core.connectors import AnswerOutcome, Connector
 from handraise.core.errors import ConfigError, GoneError, NotFoundError
+from handraise.core.people import GROUP_PREFIX, expand, is_reference, person_of
 from handraise.core.redaction import is_secret_shaped
 from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
 from handraise.core.schema.chat import parse_decision
@@ -42,15 +44,54 @@ class Sender:
 
 class TenantRoute(BaseModel):
     """One tenant's part of a connector's routing: where its requests go and who answers them.
-    Subclasses name the fields; ``places`` and ``people`` read them."""
+    Subclasses name the fields; ``places`` and ``people`` read them.
+
+    ``people`` may name the tenant's people (``alice``) and groups (``group:oncall``) besides raw
+    ids (those matching ``raw_id``); :meth:`RoutedSettings.check_tenants` turns them into this
+    channel's ids once, at load, and ``allowed`` answers from that.
+    """
 
     model_config = ConfigDict(extra="forbid")
+
+    # A raw id of this channel as ``people`` lists it; anything else is a person or group reference.
+    raw_id: ClassVar[re.Pattern[str]] = re.compile(r".+")
+    _resolved: tuple[str, ...] | None = PrivateAttr(default=None)
 
     def places(self) -> list[str]:
         raise NotImplementedError
 
     def people(self) -> list[str]:
         raise NotImplementedError
+
+    def resolved_people(self) -> list[str]:
+        """This channel's ids of the people who may answer, in order: raw ids as given, references
+        resolved (a person named twice, directly and through a group, once)."""
+        return list(self._resolved if self._resolved is not None else dict.fromkeys(self.people()))
+
+    def allowed(self) -> frozenset[str]:
+        return frozenset(self.resolved_people())
+
+    def resolve_people(self, app_settings: Settings, *, tenant_id: str, channel: str) -> str | None:
+        """Resolve the references in ``people`` to this channel's ids; the problem in words, or None."""
+        allowed: list[str] = []
+        for entry in self.people():
+            if self.raw_id.fullmatch(entry) or not is_reference(entry):
+                allowed.append(entry)
+                continue
+            found = expand(app_settings, tenant_id, [entry])
+            if found.unknown:
+                what = "no person of this tenant is in that group" if entry.startswith(GROUP_PREFIX) \
+                    else "not a person of this tenant"
+                return f"{entry}: {what} ([[tenants.people]] of {tenant_id})"
+            tenant = app_settings.tenant(tenant_id)
+            assert tenant is not None
+            ids = [i for i in (tenant.person(p).identity(channel) for p in found.people  # type: ignore[union-attr]
+                               ) if i is not None]
+            if not ids:
+                return f"{entry}: nobody it names has a {channel} identity in [[tenants.people]]"
+            allowed.extend(ids)
+        self._resolved = tuple(dict.fromkeys(allowed))
+        return None
 
 
 class RoutedSettings(BaseModel):
@@ -78,9 +119,18 @@ class RoutedSettings(BaseModel):
         return self
 
     def check_tenants(self, app_settings: Settings, *, section: str) -> None:
-        for tenant_id in self.tenants:
+        """Every tenant exists, and the people and groups each names are its own (resolved here)."""
+        for tenant_id, route in self.tenants.items():
             if app_settings.tenant(tenant_id) is None:
                 raise ConfigError(f"{section}.tenants.{tenant_id}: no tenant with this id in [[tenants]]")
+            problem = route.resolve_people(app_settings, tenant_id=tenant_id, channel=section)
+            if problem is not None:
+                raise ConfigError(f"{section}.tenants.{tenant_id}: {problem}")
+        try:
+            # Places that name people became addresses just now: one tenant per place, again.
+            self._one_tenant_per_place()
+        except ValueError as e:
+            raise ConfigError(f"{section}.tenants: {e}") from None
 
     def tenant_of(self, place: str) -> str | None:
         return next((t for t, route in self.tenants.items() if place in route.places()), None)
@@ -105,7 +155,7 @@ class ChatConnector(Connector):
 
     def may_answer(self, tenant_id: str, user_id: str) -> bool:
         route = self.settings.tenants.get(tenant_id)
-        return route is not None and user_id in route.people()
+        return route is not None and user_id in route.allowed()
 
     def timezone(self, tenant_id: str) -> dt.tzinfo:
         tenant = self.app_settings.tenant(tenant_id)
@@ -234,14 +284,19 @@ class ChatConnector(Connector):
         if await self.service.set_state_if_absent(NAMES, key, display) != display:
             await self.service.set_state(NAMES, key, display)
 
-    async def display_of(self, principal: str | None) -> str | None:
+    async def display_of(self, principal: str | None, *, tenant_id: str | None = None) -> str | None:
+        """The name people read for ``principal``: one of ``tenant_id``'s people by their configured
+        name (whatever channel they used), else as their messenger last showed them."""
         if not principal:
             return None
+        person = person_of(self.app_settings, tenant_id, principal) if tenant_id is not None else None
+        if person is not None:
+            return person.display
         return await self.service.get_state(NAMES, principal[:200])
 
     async def outcome_of(self, view: RequestView) -> wording.Outcome:
         """How ``view`` ended, with the person's display name."""
-        who = await self.display_of(view.resolved_by)
+        who = await self.display_of(view.resolved_by, tenant_id=view.tenant_id)
         return wording.outcome(view, who=who)
 
     async def first_time_told(self, view: RequestView, sender: Sender) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tomllib
 import zoneinfo
 from pathlib import Path
@@ -211,6 +212,48 @@ class KeySettings(_Section):
         return hash_key(self.key.get_secret_value())
 
 
+# A person's id, and a group's name: what allowlists and ``assign_to`` name (``alice``, ``group:oncall``).
+PERSON_ID = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+# The channels a person may have an identity on: the connector names (core/people.py reads principals with them).
+PERSON_CHANNELS: tuple[str, ...] = ("telegram", "slack", "matrix", "email")
+
+
+class PersonSettings(_Section):
+    """``[[tenants.people]]``: someone of this tenant, with their identity on each channel and their groups."""
+
+    id: str = Field(pattern=PERSON_ID)
+    # What people read ("Alice Example"); default: the id.
+    name: str | None = Field(default=None, min_length=1, max_length=80)
+    telegram: int | None = None
+    slack: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,}$")
+    matrix: str | None = Field(default=None, pattern=r"^@[^:\s]+:\S+$")
+    email: str | None = Field(default=None, max_length=254, pattern=r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+    groups: list[str] = Field(default_factory=list)
+
+    @field_validator("email")
+    @classmethod
+    def _lower_email(cls, value: str | None) -> str | None:
+        # Compared with the address a reply comes from; mail systems vary the case.
+        return value.lower() if value is not None else None
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: list[str]) -> list[str]:
+        bad = [g for g in value if not re.fullmatch(PERSON_ID, g)]
+        if bad:
+            raise ValueError(f"not group names (a letter, then letters, digits, _ . -): {', '.join(bad)}")
+        return list(dict.fromkeys(value))
+
+    @property
+    def display(self) -> str:
+        return self.name or self.id
+
+    def identity(self, channel: str) -> str | None:
+        """This person's id on ``channel`` (a connector name), as that channel's principals carry it."""
+        value = getattr(self, channel, None) if channel in PERSON_CHANNELS else None
+        return None if value is None else str(value)
+
+
 class TenantSettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     name: str | None = Field(default=None, min_length=1, max_length=80)
@@ -221,6 +264,31 @@ class TenantSettings(_Section):
     timezone: str = "UTC"
     # The language of its people's forms and pages when their browser asks for none we ship (core/i18n.py).
     locale: str = Field(default="en", pattern=r"^[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*$")
+    # Its people: allowlists and assignment name them (``alice``, ``group:oncall``); core/people.py.
+    people: list[PersonSettings] = Field(default_factory=list)
+
+    @field_validator("people")
+    @classmethod
+    def _distinct_people(cls, value: list[PersonSettings]) -> list[PersonSettings]:
+        ids: set[str] = set()
+        owner: dict[tuple[str, str], str] = {}
+        for person in value:
+            if person.id in ids:
+                raise ValueError(f"person id {person.id!r} appears twice")
+            ids.add(person.id)
+            for channel in PERSON_CHANNELS:
+                identity = person.identity(channel)
+                if identity is None:
+                    continue
+                if (channel, identity) in owner:
+                    # One identity, two people: an answer from it could not say whose it is.
+                    raise ValueError(f"{channel} {identity} is given for both {owner[channel, identity]} "
+                                     f"and {person.id}: one identity belongs to one person")
+                owner[channel, identity] = person.id
+        return value
+
+    def person(self, person_id: str) -> PersonSettings | None:
+        return next((p for p in self.people if p.id == person_id), None)
 
     @field_validator("timezone")
     @classmethod

@@ -1,4 +1,4 @@
-"""Names people read: a tenant's or a key's display name from the config, never an internal id.
+"""Names people read: a tenant's, a key's or a person's display name from the config, never an internal id.
 
 Forms, chat cards and the inbox all ask :func:`display_name`; where nothing is configured it
 returns None and the caller words the sentence without a name ("A question for you").
@@ -7,6 +7,7 @@ returns None and the caller words the sentence without a name ("A question for y
 from __future__ import annotations
 
 from handraise.core.config import Settings
+from handraise.core.people import person_of
 
 __all__ = ["display_name"]
 
@@ -19,12 +20,17 @@ def display_name(settings: Settings, tenant_id: str, principal: str | None = Non
 
     ``principal`` is ``agent:<key id>`` or ``operator:<key id>``; a key of another tenant, a
     key created in the store (no name there) and every other kind of principal give None.
+    A principal that is one of the tenant's people (``[[tenants.people]]``, any channel) is
+    named as that person.
     """
     tenant = settings.tenant(tenant_id)
     if tenant is None:
         return None
     if principal is None:
         return tenant.name
+    person = person_of(settings, tenant_id, principal)
+    if person is not None:
+        return person.display
     kind, _, key_id = principal.partition(":")
     if kind not in _KEY_KINDS or not key_id:
         return None

@@ -37,6 +37,7 @@ from handraise.core.errors import (
     ValidationFailedError,
 )
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, Event, EventBus
+from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
 from handraise.core.sealing import Sealer
@@ -316,6 +317,7 @@ class RequestService:
                     data["response"] = json.loads(canonical)
                 if link_id is not None:
                     data["link_id"] = link_id
+                data |= self._person_data(tenant_id, principal)
                 done = await self.store.resolve(
                     conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
                     require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": via},
@@ -345,7 +347,8 @@ class RequestService:
         async with self.store.transaction() as conn:
             entry = await self.store.append_journal(conn, tenant_id=view.tenant_id, event="invalid_attempt",
                                                     request_id=view.id, run_id=view.run_id, principal=principal,
-                                                    channel=channel, data={"errors": errors})
+                                                    channel=channel,
+                                                    data={"errors": errors, **self._person_data(view.tenant_id, principal)})
             # The first attempt shows the request as being worked on (the HITL protocol's in_progress).
             first_try = await self.store.reviews.mark_interacted(conn, tenant_id=view.tenant_id,
                                                                  request_id=view.id, now=entry.at)
@@ -583,9 +586,17 @@ class RequestService:
     async def journal(self, *, tenant_id: str, event: str, request_id: str | None = None, run_id: str | None = None,
                       principal: str | None = None, channel: str | None = None,
                       data: dict[str, Any] | None = None) -> None:
+        if principal is not None:
+            data = {**self._person_data(tenant_id, principal), **(data or {})}
         async with self.store.transaction() as conn:
             await self.store.append_journal(conn, tenant_id=tenant_id, event=event, request_id=request_id,
                                             run_id=run_id, principal=principal, channel=channel, data=data)
+
+    def _person_data(self, tenant_id: str, principal: str) -> dict[str, str]:
+        """``{"person": <id>}`` when ``principal`` is one of the tenant's people: the journal names the
+        person, so one person acting from two channels reads as one."""
+        person = person_of(self.settings, tenant_id, principal)
+        return {"person": person.id} if person is not None else {}
 
     async def journal_entries(self, *, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
         entries = await self.store.journal_entries(tenant_id=tenant_id, request_id=request_id)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from email.headerregistry import Address, HeaderRegistry
+import re
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from handraise.core.chat import RoutedSettings, TenantRoute
+from handraise.core.people import REFERENCE
 
 Security = Literal["starttls", "tls", "none"]
 
@@ -82,8 +84,11 @@ class ImapSettings(_Section):
 class EmailTenantSettings(TenantRoute):
     """Who gets one tenant's questions by mail; only they may answer by reply.
 
-    (When tenants list their people, the people with an ``email`` join these: ``places`` is the one seam.)
+    Recipients are addresses, or the tenant's people and groups by name (``alice``, ``group:oncall``):
+    those become the people's ``email`` at load (``allowed``), and each of them gets the mail.
     """
+
+    raw_id: ClassVar[re.Pattern[str]] = re.compile(r".*@.*")
 
     recipients: list[str] = Field(min_length=1, max_length=100)
     # One short threaded mail to every recipient when a request ends, whichever way.
@@ -93,13 +98,13 @@ class EmailTenantSettings(TenantRoute):
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
         # Lower case: the address a reply comes from is compared with these, and mail systems vary the case.
-        specs = [addr_spec(v).lower() for v in value]
+        specs = [v if re.fullmatch(REFERENCE, v) else addr_spec(v).lower() for v in value]
         if len(set(specs)) != len(specs):
             raise ValueError("a recipient appears twice")
         return specs
 
     def places(self) -> list[str]:
-        return list(self.recipients)
+        return self.resolved_people()
 
     def people(self) -> list[str]:
         return list(self.recipients)

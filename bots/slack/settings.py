@@ -8,24 +8,28 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from handraise.core.chat import RoutedSettings, TenantRoute
+from handraise.core.people import REFERENCE
 
 # Slack ids: channels C/G (private)/D (DM), users U/W (Enterprise Grid). Posting to a user id lands in the DM.
 _CHANNEL_ID = r"^[CGDUW][A-Z0-9]{2,}$"
-_USER_ID = r"^[UW][A-Z0-9]{2,}$"
+_USER_ID = r"[UW][A-Z0-9]{2,}"
 
 
 class SlackTenantSettings(TenantRoute):
     """Where one tenant's requests are posted and who may answer them."""
 
+    raw_id = re.compile(_USER_ID)
+
     channel: str = Field(pattern=_CHANNEL_ID)
+    # Slack user ids, or the tenant's people and groups by name ("alice", "group:oncall").
     allowed_user_ids: list[str] = Field(min_length=1)
 
     @field_validator("allowed_user_ids")
     @classmethod
     def _user_ids(cls, value: list[str]) -> list[str]:
-        bad = [v for v in value if not re.fullmatch(_USER_ID, v)]
+        bad = [v for v in value if not re.fullmatch(_USER_ID, v) and not re.fullmatch(REFERENCE, v)]
         if bad:
-            raise ValueError(f"not Slack user ids (U… or W…): {', '.join(bad)}")
+            raise ValueError(f"not Slack user ids (U… or W…) nor people (alice, group:oncall): {', '.join(bad)}")
         return value
 
     def places(self) -> list[str]:

@@ -747,7 +747,10 @@ def load(fake: FakeSlack, **section: Any) -> Any:
     ({"channel": "C1"}, "slack.channel: unknown key"),
     ({"tenants": {}}, "slack.tenants"),
     ({"tenants": {"acme": {"channel": "general", "allowed_user_ids": ["U1ABC"]}}}, "slack.tenants.acme.channel"),
-    ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": ["alice"]}}}, "not Slack user ids"),
+    ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": ["@alice"]}}}, "not Slack user ids"),
+    # A name is one of the tenant's people, or nothing (acme lists none here).
+    ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": ["alice"]}}},
+     "slack.tenants.acme: alice: not a person of this tenant"),
     ({"tenants": {"acme": {"channel": "C1ABC", "allowed_user_ids": []}}}, "allowed_user_ids"),
 ])
 def test_settings_are_checked(fake: FakeSlack, section: dict[str, Any], message: str) -> None:

@@ -45,6 +45,8 @@ def test_example_config_loads_and_documents_every_core_key() -> None:
     assert set(tenant) == _model_keys(type(settings.tenants[0]))
     documented_key_fields = {k for key in tenant["keys"] for k in key}
     assert documented_key_fields == _model_keys(type(settings.tenants[0].keys[0]))
+    documented_person_fields = {k for person in tenant["people"] for k in person}
+    assert documented_person_fields == _model_keys(type(settings.tenants[0].people[0]))
 
 
 def _nested_models(annotation: Any) -> list[type[BaseModel]]:

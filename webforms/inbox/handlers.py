@@ -343,7 +343,7 @@ class Inbox:
             any_required=any(f.required for f in fields if f.control != "approval"),
             outcome=wording.headline(view, who=self._who(view), tz=self._zone(view.tenant_id)),
             answer_lines=wording.answer_lines(view) if view.has_response and not view.sensitive else [],
-            journal=[self._entry(e) for e in entries], conflict=conflict)
+            journal=[self._entry(e, tenant_id=session.tenant_id) for e in entries], conflict=conflict)
 
     def _who(self, view: RequestView) -> str | None:
         principal = view.resolved_by or ""
@@ -351,9 +351,12 @@ class Inbox:
             return display_name(self.settings, view.tenant_id, principal) or principal.partition(":")[2]
         return display_name(self.settings, view.tenant_id, principal)
 
-    def _entry(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """A journal entry as the detail page lists it: what, who, when, via (never an answer's value)."""
-        return {"event": entry["event"].replace("_", " "), "principal": entry.get("principal") or "",
+    def _entry(self, entry: dict[str, Any], *, tenant_id: str) -> dict[str, Any]:
+        """A journal entry as the detail page lists it: what, who (a person by name, whatever channel),
+        when, via (never an answer's value)."""
+        principal = entry.get("principal") or ""
+        return {"event": entry["event"].replace("_", " "),
+                "principal": display_name(self.settings, tenant_id, principal) or principal if principal else "",
                 "channel": wording.CHANNEL_NAMES.get(entry.get("channel") or "", entry.get("channel") or ""),
                 "at": entry["at"]}
 

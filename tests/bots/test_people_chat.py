@@ -1,0 +1,72 @@
+"""People on chat channels, end to end through the wire-level fakes: allowlists that name people,
+outcomes and the journal that name the person whatever channel they used."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from conftest import Api, base_config
+
+from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER, STRANGER, TelegramDriver
+from tests.bots.test_telegram import ask as telegram_ask
+from tests.bots.test_telegram import db, journal  # noqa: F401  (db: the fixture)
+
+# Alice is Telegram's ALLOWED user; Bob answers nowhere but in the inbox; Gus is globex's.
+ALICE = {"id": "alice", "name": "Alice Example", "telegram": ALLOWED, "email": "alice@example.org",
+         "groups": ["oncall"]}
+BOB = {"id": "bob", "name": "Bob Builder", "groups": ["oncall"]}
+GUS = {"id": "gus", "name": "Gus", "telegram": GLOBEX_USER}
+
+
+class PeopleTelegramDriver(TelegramDriver):
+    """Acme's allowlist names its people by name; globex's by group."""
+
+    def config(self) -> dict[str, Any]:
+        tenants = base_config("sqlite://")["tenants"]
+        tenants[0]["people"] = [ALICE, BOB]
+        tenants[1]["people"] = [GUS]
+        section = super().config()["telegram"]
+        section["tenants"] = {"acme": {"chat_ids": [CHAT], "allowed_user_ids": ["group:oncall"]},
+                              "globex": {"chat_ids": [GLOBEX_CHAT], "allowed_user_ids": ["gus"]}}
+        return {"telegram": section, "tenants": tenants}
+
+
+@contextlib.asynccontextmanager
+async def telegram(db: str) -> AsyncIterator[tuple[TelegramDriver, Api]]:
+    driver = PeopleTelegramDriver()
+    async with driver.running(db) as api:
+        yield driver, api
+
+
+def ask(uid: str, **extra: Any) -> dict[str, Any]:
+    return telegram_ask(uid, kind="approval", **extra)
+
+
+async def test_a_person_on_a_named_allowlist_answers_and_is_named(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("p-1"))
+        posted = await driver.posted(api, request)
+        refused = await driver.press(posted, "approve", stranger=True)
+        await driver.assert_refused(refused)
+        await driver.callback_answer(await driver.press(posted, "approve"))
+        done = await api.wait(request["id"])
+        assert (done["status"], done["answered_by"]) == ("answered", f"telegram:{ALLOWED}")
+        # Her configured name, not the one Telegram shows ("Alice (@alice)").
+        await driver.assert_withdrawn(posted, "Approved by Alice Example via Telegram")
+        entries = await journal(api, request["id"])
+        answered = next(e for e in entries if e["event"] == "answered")
+        assert answered["data"]["person"] == "alice"
+        stranger = next(e for e in entries if e["event"] == "answer_refused")
+        assert stranger["principal"] == f"telegram:{STRANGER}" and "person" not in stranger["data"]
+
+
+async def test_another_tenants_person_is_never_resolved(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        # Gus may answer globex's questions; in acme he is a stranger, and nobody by name.
+        request = await api.create(ask("p-2"))
+        posted = await driver.posted(api, request)
+        await driver.assert_refused(await driver.press(posted, "approve", user_id=GLOBEX_USER))
+        refused = next(e for e in await journal(api, request["id"]) if e["event"] == "answer_refused")
+        assert "person" not in refused["data"]
