@@ -17,9 +17,10 @@ import contextlib
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import pytest
@@ -85,6 +86,10 @@ class ConnectorDriver(ABC):
     # Contract cases this connector does not pass yet: test function name -> why (a strict xfail, so
     # the entry must go the day the case passes).
     pending: ClassVar[dict[str, str]] = {}
+
+    # Keys a contract case sets in the connector's config section (``remind_after_seconds``): assign
+    # a new mapping on the driver, this one is shared and read-only.
+    section_overrides: Mapping[str, Any] = MappingProxyType({})
 
     # -- setup -----------------------------------------------------------------
 
@@ -172,6 +177,10 @@ class ConnectorDriver(ABC):
         """Everything about the request that everyone in the shared chat can read: the question,
         its buttons (with their URLs), the bot's public notices."""
 
+    @abstractmethod
+    async def reminder_text(self, posted: Posted) -> str:
+        """The first reminder the bot sent about the question, as people read it."""
+
     async def assert_no_buttons_left(self) -> None:
         """No message the bot sent (question, notice, private link) has a live button any more (called
         after ``assert_withdrawn``); a messenger without buttons has nothing to check."""
@@ -184,6 +193,7 @@ class ConnectorDriver(ABC):
         try:
             config = base_config(storage_url, **self.config())
             config["tenants"][0]["timezone"] = self.timezone
+            config[self.channel] = {**config[self.channel], **self.section_overrides}
             settings = settings_from(config)
             async with running_app(settings, connector_classes=self.connector_classes()) as api:
                 await self.ready(api)

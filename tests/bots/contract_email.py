@@ -111,6 +111,12 @@ class EmailDriver(ConnectorDriver):
         mail = await self.question(posted)
         return next(u for u in links_in(mail.part("plain")) if "?" not in u)
 
+    async def reminder_text(self, posted: Posted) -> str:
+        root = posted.ref["message_id"]
+        (mail,) = await self.smtp.wait_for(
+            lambda m: m.message["In-Reply-To"] == root and "Reminder" in m.part("plain"), timeout=15)
+        return mail.part("plain")
+
     async def shared_view(self, posted: Posted) -> str:
         # Mail has no shared room: each mail goes to one person. What the stranger was sent:
         return "\n".join(m.raw.decode("utf-8", "replace") for m in self.smtp.to(self.stranger))

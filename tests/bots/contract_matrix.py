@@ -140,6 +140,13 @@ class MatrixDriver(ConnectorDriver):
                                        and relates(e).get("event_id") == sent["event_id"], what="the link edited away")
             assert "/f/" not in str(edit["content"]), edit
 
+    async def reminder_text(self, posted: Posted) -> str:
+        card_id = posted.ref["event_id"]
+        reminder = await self.human.expect(
+            self.room_id, lambda e: e.get("sender") == self.bot_id and relates(e).get("event_id") == card_id
+            and "Reminder" in str((e.get("content") or {}).get("body", "")), what="a reminder")
+        return str(reminder["content"]["body"])
+
     async def shared_view(self, posted: Posted) -> str:
         await self.card(posted)
         await self.human.sync()  # what the bot sent until now

@@ -122,6 +122,12 @@ class SlackDriver(ConnectorDriver):
                 if "url" in (block.get("accessory") or {})]
         return urls[0] if urls else None
 
+    async def reminder_text(self, posted: Posted) -> str:
+        ts = posted.ref["ts"]
+        call = await self.fake.wait_for_call("chat.postMessage", lambda c: c.ok and c.get("thread_ts") == ts,
+                                             timeout=15)
+        return str(call["text"])
+
     async def shared_view(self, posted: Posted) -> str:
         return "\n".join(str(message) for message in self.fake.messages(posted.ref["channel"]))
 

@@ -160,6 +160,12 @@ class TelegramDriver(ConnectorDriver):
     async def outcome_text(self, posted: Posted) -> str:
         return self.message(posted).text or ""
 
+    async def reminder_text(self, posted: Posted) -> str:
+        chat_id = posted.ref["chat_id"]
+        call = await self.tg.wait_for_call("sendMessage", predicate=lambda c: c.ok and c.params.get("chat_id") == chat_id
+                                           and "Reminder" in str(c.params.get("text", "")), timeout=15)
+        return str(call.params["text"])
+
     async def shared_view(self, posted: Posted) -> str:
         shown = []
         for message in self.tg.messages(posted.ref["chat_id"]):

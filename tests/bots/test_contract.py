@@ -241,16 +241,23 @@ async def test_outcomes_show_fields_in_schema_order_never_a_sensitive_answer(dri
     assert "493817" not in await driver.outcome_text(posted)
 
 
-async def test_deadlines_read_in_the_tenants_time_zone(driver: ConnectorDriver, tmp_path: Path) -> None:
+async def test_deadlines_read_in_the_tenants_time_zone_and_reminders_round_up(driver: ConnectorDriver,
+                                                                               tmp_path: Path) -> None:
     driver.timezone = "Asia/Kathmandu"  # +05:45: no other zone's clock reads the same
+    driver.section_overrides = {"remind_after_seconds": 1}
     async with driver.running(f"sqlite:///{tmp_path / 'zone.db'}") as api:
-        request = await api.create(ask(driver, "c-zone", kind="approval"))
+        request = await api.create(ask(driver, "c-zone", kind="approval", timeout_seconds=600))
         posted = await driver.posted(api, request)
         expires = dt.datetime.fromisoformat(request["expires_at"].replace("Z", "+00:00")).timestamp()
         expected = wording.when(expires, wording.zone(driver.timezone))
         assert expected.endswith("+0545")
         shown = await driver.question_text(posted)
         assert expected in shown, (expected, shown)
+
+        reminder = await driver.reminder_text(posted)
+        assert expected in reminder, (expected, reminder)
+        # Reminded a second or a few in: 9 min 5x s are left, which reads "10 min", never "9 min".
+        assert "10 min left" in reminder, reminder
 
 
 async def test_a_stranger_is_told_at_most_once_in_the_shared_chat(driver: ConnectorDriver, api: Api) -> None:
