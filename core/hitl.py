@@ -26,6 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, f
 from handraise.core.api import CreateRequestBody, Id, RequestView, UniqueId, iso, parse_body
 from handraise.core.config import Settings
 from handraise.core.errors import HandraiseError, ValidationFailedError
+from handraise.core.people import person_of
 from handraise.core.text import prose
 
 if TYPE_CHECKING:
@@ -297,7 +298,19 @@ class ReviewResult(BaseModel):
 class Respondent(BaseModel):
     model_config = ConfigDict(**_OUT, title="HitlRespondent")
 
-    name: str = Field(description="Who answered, as Handraise names principals (person:ada, telegram:42 ...)")
+    name: str = Field(description="The person's name where the tenant lists them, else the principal "
+                                  "(telegram:42, link:lnk_…)")
+    email: str | None = Field(default=None, description="Their address, when they answered by email or are "
+                                                        "listed with one")
+
+
+def respondent(settings: Settings, tenant_id: str, principal: str) -> Respondent:
+    """Who answered, named as the tenant's people list names them."""
+    person = person_of(settings, tenant_id, principal)
+    if person is not None:
+        return Respondent(name=person.display, email=person.email)
+    kind, _, rest = principal.partition(":")
+    return Respondent(name=principal, email=rest if kind == "email" and rest else None)
 
 
 class ReviewStatus(BaseModel):
@@ -386,7 +399,8 @@ def _result(review_type: str, view: RequestView, *, include_answer: bool) -> Rev
     return ReviewResult(action={"input": "submit", "selection": "select"}.get(review_type, "unknown"))
 
 
-def poll_response(view: RequestView, case: dict[str, Any] | None, *, include_answer: bool) -> dict[str, Any]:
+def poll_response(view: RequestView, case: dict[str, Any] | None, *, include_answer: bool,
+                  settings: Settings) -> dict[str, Any]:
     """The protocol's poll response for the case as it stands."""
     status = case_status(view)
     out = ReviewStatus(status=status, case_id=view.id, created_at=iso(view.created_at) or "")
@@ -397,7 +411,7 @@ def poll_response(view: RequestView, case: dict[str, Any] | None, *, include_ans
     if status == "completed":
         out.completed_at = iso(view.resolved_at)
         out.result = _result(case_type(view, case), view, include_answer=include_answer)
-        out.responded_by = Respondent(name=view.resolved_by) if view.resolved_by else None
+        out.responded_by = respondent(settings, view.tenant_id, view.resolved_by) if view.resolved_by else None
     elif status == "expired":
         out.expired_at = iso(view.resolved_at)
         out.default_action = case["default_action"] if case is not None else "skip"

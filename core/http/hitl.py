@@ -76,7 +76,8 @@ async def poll_review(request: web.Request) -> web.StreamResponse:
     # An open case suggests when to come back; unchanged since the client's ETag, it is a 304.
     retry = {} if view.terminal else {"Retry-After": str(POLL_INTERVAL_SECONDS)}
     return await send_view(request, principal, view, headers=retry, etag=True,
-                           render=lambda include: poll_response(view, case, include_answer=include))
+                           render=lambda include: poll_response(view, case, include_answer=include,
+                                                                settings=request.app[SETTINGS]))
 
 
 def _last_rank(request: web.Request) -> int:
@@ -109,7 +110,7 @@ async def review_events(request: web.Request) -> web.StreamResponse:
             rank = PROGRESS_RANK[status]
             if rank > sent:
                 # A stream never carries a sensitive answer; the agent collects it from poll_url.
-                data = poll_response(view, case, include_answer=not view.sensitive)
+                data = poll_response(view, case, include_answer=not view.sensitive, settings=service.settings)
                 frame = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
                 await response.write(f"id: {rank}\nevent: review.{status}\ndata: {frame}\n\n".encode())
                 sent = rank

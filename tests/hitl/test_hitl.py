@@ -58,8 +58,10 @@ def valid(kind: str, instance: Any) -> None:
     assert not errors, (kind, errors, instance)
 
 
-def _app(storage_url: str, **kwargs: Any) -> Any:
+def _app(storage_url: str, *, people: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
     config = base_config(storage_url)
+    if people:
+        config["tenants"][0]["people"] = people
     config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
     return running_app(settings_from(config), connector_classes=[WebFormsConnector], **kwargs)
 
@@ -281,6 +283,15 @@ async def test_polling_is_conditional_and_suggests_an_interval(hitl_api: Api) ->
     async with hitl_api.session.get(url, headers={**auth, "If-None-Match": tag}) as resp:
         assert resp.status == 200 and resp.headers["ETag"] != tag and "Retry-After" not in resp.headers
         assert (await resp.json())["status"] == "completed"
+
+
+async def test_the_respondent_is_named_as_the_tenants_people_list_names_them(tmp_path: Path) -> None:
+    people = [{"id": "op-1", "name": "Ada Lovelace", "email": "ada@example.org"}]
+    async with _app(f"sqlite:///{tmp_path / 'p.db'}", people=people) as api:
+        hitl = await create(api, {"type": "approval", "prompt": "Deploy?"})
+        assert (await answer(api, hitl["case_id"], {"decision": "approve"}))[0] == 200
+        done = await poll(api, hitl["case_id"])
+        assert done["responded_by"] == {"name": "Ada Lovelace", "email": "ada@example.org"}
 
 
 async def test_a_retry_with_the_same_unique_id_gets_the_same_case(hitl_api: Api) -> None:
