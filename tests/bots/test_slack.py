@@ -797,6 +797,21 @@ async def test_a_remark_in_an_approval_thread_decides_nothing(sqlite_url: str, f
         assert still["status"] == "pending"
 
 
+async def test_a_tap_on_a_message_the_bot_has_not_recorded_yet_counts(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("early", kind="approval"))
+        message = await posted_message(fake, req)
+        button = buttons(message)["Approve"]
+        # Slack can deliver a tap before chat.postMessage returned to the bot: the button's own token
+        # says which request it answers, whatever the bot has recorded of its message so far.
+        tap_early = fake.make_block_action(user_id=ALICE, action_id=button["action_id"], value=button["value"],
+                                           channel=ACME_CHANNEL, message_ts="1.000001")
+        assert (await post_signed(api, tap_early))[0] == 200
+        done = await api.wait(req["id"])
+        assert (done["response"], done["answered_by"]) == ({"decision": "approve"}, f"slack:{TEAM}/{ALICE}")
+        assert ephemerals_for(fake, ALICE) == []  # never "This button is no longer valid."
+
+
 async def test_a_token_shaped_thread_reply_is_not_stored(sqlite_url: str, fake: FakeSlack) -> None:
     secret = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
     async with slack_app(sqlite_url, fake) as api:
