@@ -1,7 +1,12 @@
 """The contract every chat connector passes: deliver, a human answers with the right principal;
-a stranger's answer and a chat reply to a sensitive request are refused.
+a stranger's answer and a chat reply to a sensitive request are refused. And what issue 10 found
+written once per bot: secret-shaped replies refused and never stored, personal form links,
+remarks that decide nothing, no stale buttons, outcomes and deadlines in the same words everywhere.
 
-Drivers live in ``tests/bots/contract_<name>.py`` (see ``tests/bots/contract.py``).
+Where a messenger cannot do something (Slack cannot delete a person's message; it takes approvals
+from buttons only) the driver says so (``removes_replies``, ``typed_decisions``) and the case checks
+what the messenger does instead. A connector that does not pass a case yet lists it in its driver's
+``pending`` with the reason: a strict xfail. Drivers live in ``tests/bots/contract_<name>.py`` (see ``tests/bots/contract.py``).
 """
 
 from __future__ import annotations
