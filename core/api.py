@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, WrapValidator
 
 from handraise.core.errors import ValidationFailedError
 from handraise.core.text import label, prose
@@ -15,6 +16,13 @@ from handraise.core.text import label, prose
 Kind = Literal["input", "approval", "choice"]
 Status = Literal["pending", "answered", "expired", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"answered", "expired", "cancelled"})
+# ``answered_via`` of a request its ``on_timeout`` policy resolved (reject, or the default answer).
+TIMEOUT_VIA = "timeout"
+
+
+def url_host(url: str) -> str:
+    """The host (and port) of ``url`` without any userinfo: what errors and views may show of a URL."""
+    return urlsplit(url).netloc.rpartition("@")[2]
 
 
 def iso(ts: float | None) -> str | None:
@@ -55,6 +63,28 @@ UniqueId = Annotated[label(min_length=1, max_length=MAX_ID_CHARS), AfterValidato
 Id = label(min_length=1, max_length=MAX_ID_CHARS)
 
 
+def _on_timeout(value: Any, handler: Any) -> Any:
+    # The union's own errors name its arms ("literal['expire','reject']"); one sentence says it all.
+    try:
+        value = handler(value)
+    except ValidationError:
+        value = None
+    if value is None or (isinstance(value, dict) and set(value) != {"default"}):
+        raise ValueError('must be "expire", "reject" or {"default": <an answer>}')
+    return value
+
+
+# What happens at the deadline: "expire" (the default), "reject" (approvals only) or {"default": <answer>}
+# (valid against the request's schema; checked at create, never for approvals: core/timeouts.py).
+OnTimeout = Annotated[
+    Literal["expire", "reject"] | dict[str, Any], WrapValidator(_on_timeout),
+    WithJsonSchema({"anyOf": [{"type": "string", "enum": ["expire", "reject"]},
+                              {"type": "object", "properties": {"default": {"description": "The answer applied "
+                                                                                           "at the deadline"}},
+                               "required": ["default"], "additionalProperties": False}]}),
+]
+
+
 class CreateRequestBody(BaseModel):
     """The body of ``POST /v1/requests`` and of the blocking ``POST /v1/human-feedback``."""
 
@@ -70,6 +100,17 @@ class CreateRequestBody(BaseModel):
     sensitive: bool = False
     run_id: Id | None = None
     channels: list[Id] | None = Field(default=None, max_length=16)
+    on_timeout: OnTimeout | None = Field(
+        default=None, description='At the deadline: "expire" (default), "reject" (approvals only), '
+                                  'or {"default": value} (never for approvals or sensitive requests)')
+
+    callback_url: label(min_length=1, max_length=2000) | None = Field(
+        default=None, description="An https URL that hears the result once the request is terminal, signed "
+                                  "like [[webhooks]]; the tenant's [tenants.callbacks] allow_hosts may add others")
+
+    def on_timeout_policy(self) -> str | dict[str, Any]:
+        """The policy as stored and shown: ``"expire"``, ``"reject"`` or ``{"default": value}``."""
+        return self.on_timeout or "expire"
 
     def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
         """What makes two creates 'the same body': every field, defaults filled in."""
@@ -82,6 +123,9 @@ class CreateRequestBody(BaseModel):
             "sensitive": self.sensitive,
             "run_id": self.run_id,
             "channels": sorted(self.channels) if self.channels is not None else None,
+            # Only when set: a retry of a request made before the field existed keeps its hash.
+            **({"on_timeout": policy} if (policy := self.on_timeout_policy()) != "expire" else {}),
+            **({"callback_url": self.callback_url} if self.callback_url is not None else {}),
         }
 
 
@@ -188,10 +232,23 @@ class RequestView:
     # When a person first opened its hosted form, and first tried to answer (a refused attempt).
     opened_at: float | None = None
     interacted_at: float | None = None
+    # "expire", "reject" or {"default": value}: what the deadline does (CreateRequestBody.on_timeout).
+    on_timeout: str | dict[str, Any] = "expire"
+    # Where the result is POSTed once terminal; never shown whole (it may hold a token): see callback_host.
+    callback_url: str | None = None
+
+    @property
+    def callback_host(self) -> str | None:
+        return url_host(self.callback_url) if self.callback_url else None
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def timed_out(self) -> bool:
+        """The deadline ended it: expired, or resolved by its ``on_timeout`` policy (nobody answered)."""
+        return self.status == "expired" or (self.status == "answered" and self.resolved_via == TIMEOUT_VIA)
 
     @property
     def has_response(self) -> bool:
@@ -212,6 +269,8 @@ class RequestView:
             deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
                                      d["updated_at"]) for d in (deliveries or [])],
             opened_at=row.get("opened_at"), interacted_at=row.get("interacted_at"),
+            on_timeout=json.loads(row["on_timeout_json"]) if row.get("on_timeout_json") else "expire",
+            callback_url=row.get("callback_url"),
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -221,11 +280,16 @@ class RequestView:
             "message_for_user": self.message_for_user, "schema": self.schema, "kind": self.kind,
             "sensitive": self.sensitive, "run_id": self.run_id, "channels": self.channels,
             "created_at": iso(self.created_at), "expires_at": iso(self.expires_at),
+            "on_timeout": self.on_timeout,
         }
         if self.opened_at is not None:
             out["opened_at"] = iso(self.opened_at)
         if self.interacted_at is not None:
             out["interacted_at"] = iso(self.interacted_at)
+        if self.callback_url:
+            out["callback_host"] = self.callback_host
+        if self.terminal:
+            out["timed_out"] = self.timed_out
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
@@ -326,6 +390,14 @@ class RequestRecord(BaseModel):
     interacted_at: datetime | None = Field(default=None,
                                            description="When a person first tried to answer and was refused")
     deliveries: list[DeliveryRecord] = Field(default_factory=list)
+    on_timeout: Literal["expire", "reject"] | dict[str, Any] = Field(
+        default="expire", description='What the deadline does: "expire", "reject" or {"default": value}')
+    callback_host: str | None = Field(
+        default=None, description="The host of the request's callback_url (its result is POSTed there; "
+                                  "see the delivery of channel callback)")
+    timed_out: bool = Field(
+        default=False, description="Terminal because the deadline passed: expired, or (status answered, "
+                                   "answered_via timeout) resolved by on_timeout")
 
     @property
     def terminal(self) -> bool:

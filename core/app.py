@@ -98,7 +98,9 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
         raise
     app[CONNECTORS] = connectors
     service.channel_serves.update({name: c.serves for name, c in connectors.items() if name != "web"})
-    app[DISPATCHER] = Dispatcher(service=service, connectors=connectors)
+    # Callbacks are posted through the shared session, only where a tenant can have them.
+    callbacks_on = any(t.callbacks is not None for t in settings.tenants)
+    app[DISPATCHER] = Dispatcher(service=service, connectors=connectors, http=http if callbacks_on else None)
     app[DISPATCHER].on_delivery = metrics.on_delivery
 
     app.cleanup_ctx.append(_store_ctx)

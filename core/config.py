@@ -21,12 +21,13 @@ import re
 import tomllib
 import zoneinfo
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -254,6 +255,33 @@ class PersonSettings(_Section):
         return None if value is None else str(value)
 
 
+def _signing_secret(value: SecretStr) -> SecretStr:
+    if len(value.get_secret_value()) < 16:
+        raise ValueError("must be at least 16 characters")
+    return value
+
+
+# A secret that signs outgoing POSTs (core/signedpost.py): [[webhooks]] and [tenants.callbacks].
+SigningSecret = Annotated[SecretStr, AfterValidator(_signing_secret)]
+
+
+class CallbackSettings(_Section):
+    """``[tenants.callbacks]``: how requests' ``callback_url`` POSTs are signed, and where they may go."""
+
+    # Signs every callback exactly as [[webhooks]] are signed (core/signedpost.py).
+    secret: SigningSecret
+    # Hosts a callback may reach over plain http or at a loopback/private address (tests, an
+    # agent beside the server). Anything else must be https to a public address.
+    allow_hosts: list[str] = Field(default_factory=list, max_length=100)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        # Host names compare case-insensitively; brackets of an IPv6 literal are optional here.
+        return [host.strip().strip("[]").lower() for host in value]
+
+
 class TenantSettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     name: str | None = Field(default=None, min_length=1, max_length=80)
@@ -264,6 +292,8 @@ class TenantSettings(_Section):
     timezone: str = "UTC"
     # The language of its people's forms and pages when their browser asks for none we ship (core/i18n.py).
     locale: str = Field(default="en", pattern=r"^[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*$")
+    # Requests' callback_url: refused at create while this is absent (nothing to sign with).
+    callbacks: CallbackSettings | None = None
     # Its people: allowlists and assignment name them (``alice``, ``group:oncall``); core/people.py.
     people: list[PersonSettings] = Field(default_factory=list)
 

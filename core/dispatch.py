@@ -14,9 +14,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from aiohttp import ClientSession
+
+from handraise.core import callbacks
 from handraise.core.api import RequestView
 from handraise.core.connectors import Backoff, Connector
 from handraise.core.errors import ConnectorError, NotFoundError
@@ -35,10 +38,12 @@ class Dispatcher:
     """Runs deliveries, withdrawals and reminders for the connectors of one instance."""
 
     def __init__(self, *, service: RequestService, connectors: dict[str, Connector],
-                 max_attempts: int = 12, backoff_initial: float = 0.5, backoff_cap: float = 60.0,
-                 withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
+                 http: ClientSession | None = None, max_attempts: int = 12, backoff_initial: float = 0.5,
+                 backoff_cap: float = 60.0, withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
         self.service = service
         self.connectors = connectors
+        # Posts requests' callbacks (core/callbacks.py); None: callbacks are not sent by this instance.
+        self.http = http
         # 12 attempts with a 60 s cap span about five minutes: a messenger outage of that
         # length still delivers; a permanent error stops at once.
         self.max_attempts = max_attempts
@@ -66,7 +71,7 @@ class Dispatcher:
     def start(self) -> None:
         self._started_at = self.service.clock()
         self.service.bus.add_listener(self._on_event)
-        if self.connectors and self.recovery_interval > 0:
+        if (self.connectors or self.http is not None) and self.recovery_interval > 0:
             self._timer(self._recovery_loop(), name="dispatch-recovery")
 
     async def stop(self, *, grace: float = 5.0) -> None:
@@ -106,6 +111,8 @@ class Dispatcher:
         if ev.type == REQUEST_CREATED:
             self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
         elif ev.type == REQUEST_RESOLVED:
+            if ev.data.get("callback_host"):
+                self._spawn(ev.object_id, self._call_back(ev.tenant_id, ev.object_id))
             # A request none of whose channels delivers to this tenant was never sent anywhere: nothing
             # to withdraw, and no read (one still being sent withdraws itself when it sees the outcome).
             if not self._delivers(ev.tenant_id, ev.data.get("channels", [])):
@@ -191,6 +198,27 @@ class Dispatcher:
 
     async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                            *, first_attempt: int = 1) -> None:
+        async def send(current: RequestView) -> dict[str, Any]:
+            return await connector.deliver(current, target=target)
+
+        sent = await self._send(view, channel=connector.name, target=target, delivery_id=delivery_id, send=send,
+                                first_attempt=first_attempt, while_pending=True)
+        if sent is None:
+            return
+        # Resolved while we were sending: the withdraw pass may have missed this message.
+        after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        if after.terminal:
+            await self._withdraw_one(connector, after, target, delivery_id, sent)
+            return
+        remind_after = connector.remind_after()
+        if remind_after:
+            self._schedule_reminder(connector, after, target, delivery_id, remind_after)
+
+    async def _send(self, view: RequestView, *, channel: str, target: str, delivery_id: int,
+                    send: Callable[[RequestView], Awaitable[dict[str, Any] | None]], first_attempt: int,
+                    while_pending: bool) -> dict[str, Any] | None:
+        """Attempt ``send`` with the backoff until it succeeds (its ref), fails for good, or, ``while_pending``,
+        the request is resolved (None for both). Each attempt is recorded on the delivery row and journaled."""
         store = self.service.store
         backoff = self._backoff()
         attempt = first_attempt - 1
@@ -200,12 +228,12 @@ class Dispatcher:
                 current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id,
                                                  with_deliveries=False)
             except NotFoundError:
-                return
-            if current.terminal:
+                return None
+            if while_pending and current.terminal:
                 await store.update_delivery(delivery_id, status="withdrawn", attempts=attempt - 1)
-                return
+                return None
             try:
-                ref = await connector.deliver(current, target=target)
+                ref = await send(current)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -216,33 +244,53 @@ class Dispatcher:
                                             attempts=attempt, last_error=message)
                 await self.service.journal(
                     tenant_id=view.tenant_id, event="delivery_failed", request_id=view.id, run_id=view.run_id,
-                    channel=connector.name,
+                    channel=channel,
                     data={"target": target, "attempt": attempt, "error": message, "final": final,
                           **({"retry_after": error.retry_after} if error.retry_after is not None else {})})
-                log.warning("delivery failed", extra={"request_id": view.id, "channel": connector.name,
+                log.warning("delivery failed", extra={"request_id": view.id, "channel": channel,
                                                       "attempt": attempt, "final": final, "error": message[:200]})
-                self._count(connector.name, "failed" if final else "retry")
+                self._count(channel, "failed" if final else "retry")
                 if final:
-                    return
-                pause = backoff.next()
-                await self._pause(view.id, error.retry_after if error.retry_after is not None else pause)
+                    return None
+                pause = error.retry_after if error.retry_after is not None else backoff.next()
+                if while_pending:
+                    await self._pause(view.id, pause)  # cut short when the request is resolved
+                else:
+                    await asyncio.sleep(pause)
                 continue
             ref = ref or {}
-            self._count(connector.name, "sent")
+            self._count(channel, "sent")
             await store.update_delivery(delivery_id, status="sent", attempts=attempt, last_error=None,
                                         ref_json=json.dumps(ref))
             await self.service.journal(tenant_id=view.tenant_id, event="delivered", request_id=view.id,
-                                       run_id=view.run_id, channel=connector.name,
+                                       run_id=view.run_id, channel=channel,
                                        data={"target": target, "attempt": attempt})
-            # Resolved while we were sending: the withdraw pass may have missed this message.
-            after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
-            if after.terminal:
-                await self._withdraw_one(connector, after, target, delivery_id, ref)
-                return
-            remind_after = connector.remind_after()
-            if remind_after:
-                self._schedule_reminder(connector, after, target, delivery_id, remind_after)
+            return ref
+
+    # -- callbacks -------------------------------------------------------------
+
+    async def _call_back(self, tenant_id: str, request_id: str, *, first_attempt: int = 1) -> None:
+        """POST a terminal request's result to its ``callback_url`` (core/callbacks.py), retried like a
+        delivery; a callback recorded as sent or failed for good is never posted again."""
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if view.callback_url is None or self.http is None:
             return
+        url, host = view.callback_url, view.callback_host or ""
+        delivery_id = await self.service.store.upsert_delivery(
+            tenant_id=tenant_id, request_id=request_id, channel=callbacks.CHANNEL, target=host,
+            now=self.service.clock())
+        row = await self._delivery_row(tenant_id, request_id, delivery_id)
+        if row is None or row["status"] in ("sent", "failed"):
+            return
+        tenant = self.service.settings.tenant(tenant_id)
+        settings = tenant.callbacks if tenant is not None else None
+        http = self.http
+
+        async def send(current: RequestView) -> dict[str, Any]:
+            return await callbacks.send(http, view=current, url=url, settings=settings, log=log)
+
+        await self._send(view, channel=callbacks.CHANNEL, target=host, delivery_id=delivery_id, send=send,
+                         first_attempt=max(first_attempt, row["attempts"] + 1), while_pending=False)
 
     # -- reminders -------------------------------------------------------------
 
@@ -448,8 +496,27 @@ class Dispatcher:
                             if overdue:
                                 self._spawn(view.id, self._remind_one(connector, view, target, row["id"]))
                                 resumed += 1
+        resumed += await self._recover_callbacks(alone=alone, stale=stale, now=now)
         if resumed:
             log.info("deliveries resumed", extra={"count": resumed})
+        return resumed
+
+    async def _recover_callbacks(self, *, alone: bool, stale: float, now: float) -> int:
+        """Callbacks of terminal requests that no live instance is sending: resumed from their last attempt."""
+        if self.http is None:
+            return 0
+        resumed = 0
+        for due in await self.service.store.callbacks_due():
+            request_id, tenant_id = due["id"], due["tenant_id"]
+            if request_id in self._tasks:
+                continue
+            rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id)
+                    if r["channel"] == callbacks.CHANNEL]
+            touched = max([due["resolved_at"] or 0.0, *(r["updated_at"] for r in rows)])
+            if (touched >= self._started_at) if alone else (now - touched < stale):
+                continue  # its resolver may be posting it right now
+            self._spawn(request_id, self._call_back(tenant_id, request_id))
+            resumed += 1
         return resumed
 
 

@@ -55,6 +55,10 @@ class RequestRow(SQLModel, table=True):
     # attempt): the HITL protocol's ``opened`` and ``in_progress`` (migration 0006).
     opened_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
     interacted_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    # What the deadline does, JSON: null for "expire", "reject", or {"default": <answer>} (migration 0007).
+    on_timeout_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # Where the result is POSTed once terminal (core/callbacks.py; migration 0007).
+    callback_url: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class JournalRow(SQLModel, table=True):

@@ -18,7 +18,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from handraise.core.api import CreateRequestBody, LinkView, MintedLink, RequestView, parse_body
+from handraise.core import callbacks, timeouts
+from handraise.core.api import (
+    TIMEOUT_VIA,
+    CreateRequestBody,
+    LinkView,
+    MintedLink,
+    RequestView,
+    parse_body,
+    url_host,
+)
 from handraise.core.attempts import AttemptLimiter
 from handraise.core.canonical import canonical_json
 from handraise.core.config import Settings
@@ -97,8 +106,15 @@ class RequestService:
             )
         effective = await check_schema_off_loop(body.form_schema, kind=body.kind, max_fields=limits.max_schema_fields,
                                  max_bytes=limits.max_schema_bytes)
+        on_timeout = body.on_timeout_policy()
+        await timeouts.check_policy(on_timeout, kind=body.kind, sensitive=body.sensitive, schema=effective)
         available = self.channels_for(tenant_id)
         tenant = self.settings.tenant(tenant_id)
+        if body.callback_url is not None:
+            problem = await callbacks.url_problem(body.callback_url, tenant.callbacks if tenant else None)
+            if problem is not None:
+                raise ValidationFailedError(f"callback_url {problem}",
+                                            fields=[{"field": "callback_url", "message": problem}])
         if body.channels is not None:
             channels = body.channels
         elif tenant is not None and tenant.default_channels is not None:
@@ -123,12 +139,16 @@ class RequestService:
             "kind": body.kind, "sensitive": body.sensitive, "run_id": body.run_id,
             "channels_json": json.dumps(channels), "status": "pending", "created_by": principal,
             "created_at": now, "expires_at": now + timeout,
+            "on_timeout_json": None if on_timeout == timeouts.EXPIRE else canonical_json(on_timeout),
+            "callback_url": body.callback_url,
         }
         journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
                    "principal": principal, "at": now, "data": {
                        "unique_id": body.unique_id, "message_for_user": body.message_for_user,
                        "schema": effective, "kind": body.kind, "sensitive": body.sensitive,
-                       "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"]}}
+                       "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
+                       **({"on_timeout": on_timeout} if on_timeout != timeouts.EXPIRE else {}),
+                       **({"callback_host": url_host(body.callback_url)} if body.callback_url else {})}}
         async with self.store.transaction() as conn:
             entry = await self.store.create_request(conn, row, journal=journal, notify={
                 "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
@@ -197,7 +217,7 @@ class RequestService:
     async def _settle(self, view: RequestView) -> RequestView:
         """A pending request past its deadline is expired now rather than shown as pending."""
         if view.status == "pending" and view.expires_at <= self.clock():
-            expired = await self._expire(tenant_id=view.tenant_id, request_id=view.id)
+            expired = await self._expire(tenant_id=view.tenant_id, request_id=view.id, view=view)
             if expired is not None:
                 return expired
             return await self._reread(view)
@@ -297,24 +317,12 @@ class RequestService:
             await self.invalid_attempt(view, principal=principal, channel=via,
                                        errors=[{"field": e.field, "message": e.message} for e in errors])
             raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
-        canonical = canonical_json(response)
-        digest = self.sealer.digest(tenant_id=tenant_id, request_id=view.id, canonical=canonical)
-        answer: dict[str, Any] = {"response_digest": digest}
-        if view.sensitive:
-            # Sealed before it reaches the store: the database never holds the value itself.
-            answer["response_sealed"], answer["response_key"] = self.sealer.seal(
-                tenant_id=tenant_id, request_id=view.id, canonical=canonical)
-        else:
-            answer["response_json"] = canonical
+        answer, data, canonical = self._answer_columns(view, response)
         now = self.clock()
         try:
             async with self.store.transaction() as conn:
                 if link_id is not None and not await self.store.use_link(conn, link_id=link_id, now=now):
                     raise _LostRace
-                # The journal's keyed digest is never exported (JournalEntry.public_data).
-                data: dict[str, Any] = {"response_digest": digest}
-                if not view.sensitive:
-                    data["response"] = json.loads(canonical)
                 if link_id is not None:
                     data["link_id"] = link_id
                 data |= self._person_data(tenant_id, principal)
@@ -339,6 +347,22 @@ class RequestService:
         # The answer is at hand: a sealed one need not be opened again.
         resolved = RequestView.from_row({**done.row, "response_json": canonical}, deliveries=deliveries)
         return self._resolved(resolved, seq=done.entry.seq)
+
+    def _answer_columns(self, view: RequestView, response: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
+        """An answer as the request's columns hold it, as its journal entry does, and in canonical JSON."""
+        canonical = canonical_json(response)
+        digest = self.sealer.digest(tenant_id=view.tenant_id, request_id=view.id, canonical=canonical)
+        answer: dict[str, Any] = {"response_digest": digest}
+        # The journal's keyed digest is never exported (JournalEntry.public_data).
+        data: dict[str, Any] = {"response_digest": digest}
+        if view.sensitive:
+            # Sealed before it reaches the store: the database never holds the value itself.
+            answer["response_sealed"], answer["response_key"] = self.sealer.seal(
+                tenant_id=view.tenant_id, request_id=view.id, canonical=canonical)
+        else:
+            answer["response_json"] = canonical
+            data["response"] = json.loads(canonical)
+        return answer, data, canonical
 
     async def invalid_attempt(self, view: RequestView, *, principal: str, channel: str,
                               errors: list[dict[str, str]]) -> None:
@@ -417,21 +441,44 @@ class RequestService:
         return self._resolved(self._view(done.row, deliveries=done.deliveries), seq=done.entry.seq)
 
     async def expire(self, *, tenant_id: str, request_id: str) -> bool:
-        """Pending and past its deadline → expired. True when this call made the change."""
+        """Pending and past its deadline → its ``on_timeout`` policy applied. True when this call made the change."""
         return await self._expire(tenant_id=tenant_id, request_id=request_id) is not None
 
-    async def _expire(self, *, tenant_id: str, request_id: str) -> RequestView | None:
+    async def _expire(self, *, tenant_id: str, request_id: str, view: RequestView | None = None,
+                      policy: str | dict[str, Any] | None = None) -> RequestView | None:
+        """Apply the deadline: expired, or answered with the ``on_timeout`` policy's answer (``answered_via:
+        "timeout"``, nobody as ``answered_by``). None when another writer won (a human's answer racing it
+        is refused by the same compare-and-set). The policy comes from ``view``, or ``policy`` ("expire"
+        spares the read), else from the store."""
+        if view is None and policy != timeouts.EXPIRE:
+            row = await self.store.get_request(tenant_id, request_id)
+            if row is None:
+                return None
+            view = RequestView.from_row(row)
+        applies, response = timeouts.answer_at_deadline(view.on_timeout if view is not None else timeouts.EXPIRE)
         now = self.clock()
+        notify = self._resolved_notice(tenant_id, request_id, None)
+        canonical = None
+        if not applies:
+            status, values = "expired", {"resolved_via": TIMEOUT_VIA}
+            journal: dict[str, Any] = {"tenant_id": tenant_id, "event": "expired", "request_id": request_id,
+                                       "at": now}
+        else:
+            assert view is not None
+            answer, data, canonical = self._answer_columns(view, response)
+            data["on_timeout"] = timeouts.policy_name(view.on_timeout)
+            status, values = "answered", {**answer, "resolved_via": TIMEOUT_VIA, "resolved_by": None}
+            # The journal's event is the status; "answered" by the policy says so in its data and channel.
+            journal = {"tenant_id": tenant_id, "event": "answered", "request_id": request_id,
+                       "channel": TIMEOUT_VIA, "data": data, "at": now}
         async with self.store.transaction() as conn:
-            done = await self.store.resolve(
-                conn, request_id=request_id, tenant_id=tenant_id, status="expired", now=now,
-                require_unexpired=False, values={"resolved_via": "timeout"},
-                journal={"tenant_id": tenant_id, "event": "expired", "request_id": request_id, "at": now},
-                notify=self._resolved_notice(tenant_id, request_id, None))
+            done = await self.store.resolve(conn, request_id=request_id, tenant_id=tenant_id, status=status, now=now,
+                                            require_unexpired=False, values=values, journal=journal, notify=notify)
         if done is None:
             return None
-        log.info("request expired", extra={"request_id": request_id})
-        return self._resolved(self._view(done.row, deliveries=done.deliveries), seq=done.entry.seq)
+        log.info("request timed out", extra={"request_id": request_id, "outcome": status})
+        row = done.row if canonical is None else {**done.row, "response_json": canonical}
+        return self._resolved(RequestView.from_row(row, deliveries=done.deliveries), seq=done.entry.seq)
 
     async def sweep(self) -> int:
         """Expire every overdue request; the store stays true even when nobody waits.
@@ -440,8 +487,9 @@ class RequestService:
         and those handed out whose grace (``limits.sensitive_grace_seconds``) is over.
         """
         count = 0
-        for request_id, tenant_id in await self.store.overdue_requests(self.clock()):
-            if await self.expire(tenant_id=tenant_id, request_id=request_id):
+        for request_id, tenant_id, policy in await self.store.overdue_requests(self.clock()):
+            if await self._expire(tenant_id=tenant_id, request_id=request_id,
+                                  policy=None if policy else timeouts.EXPIRE) is not None:
                 count += 1
         now, limits = self.clock(), self.settings.limits
         held = await self.store.uncollected_sensitive(resolved_before=now - limits.sensitive_retention_seconds,
@@ -562,6 +610,8 @@ class RequestService:
                 raise LinkUsedError("this link was used already")
         if link.used_at is not None:
             raise LinkUsedError("this link was used already")
+        if view.timed_out:
+            raise ExpiredError("the question expired")
         if view.status == "answered":
             raise AlreadyAnsweredGone("the question was answered already")
         if view.status == "expired":
@@ -689,6 +739,10 @@ class AlreadyAnsweredGone(GoneError):
 
 
 def _raise_if_terminal(view: RequestView) -> None:
+    if view.timed_out:
+        # Answered by its on_timeout policy, or expired: to a late human, the time ran out either way.
+        raise ExpiredError("the request expired" if view.status == "expired"
+                           else "the time ran out: the request's on_timeout policy applied")
     if view.status == "answered":
         raise AlreadyAnsweredError("the request was answered already")
     if view.status == "expired":

@@ -145,6 +145,8 @@ def outcome_code(view: RequestView) -> str:
 def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None = None) -> str:
     """``Approved by Alice (@alice) via Telegram`` (with `` on <when>`` when ``tz`` is given)."""
     at = f", {when(view.resolved_at, tz)}" if tz is not None and view.resolved_at else ""
+    if view.status == "answered" and view.timed_out:
+        return on_timeout_headline(view) + at
     if view.status == "answered":
         verb = {"approved": "Approved", "rejected": "Rejected"}.get(outcome_code(view), "Answered")
         by = who or principal_label(view.resolved_by)
@@ -155,6 +157,13 @@ def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None 
     if view.status == "cancelled":
         return "Cancelled" + at
     return "Pending"
+
+
+def on_timeout_headline(view: RequestView) -> str:
+    """A request its ``on_timeout`` policy ended: nobody answered, and what the deadline did."""
+    if outcome_code(view) == "rejected":
+        return "Rejected automatically: no answer came in time"
+    return "No answer came in time: the default answer applies"
 
 
 def outcome(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None = None) -> Outcome:

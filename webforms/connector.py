@@ -290,7 +290,7 @@ class WebFormsConnector(Connector):
 
     async def _who(self, view: RequestView, link: LinkView, t: gettext.NullTranslations) -> str:
         """Who ended the request, in a sentence, by the names people read (never an id)."""
-        if view.status == "expired":
+        if view.timed_out:  # expired, or ended by its on_timeout policy
             return t.gettext("The time ran out")
         principal = view.resolved_by or ""
         if view.status == "cancelled":

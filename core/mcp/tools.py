@@ -212,6 +212,10 @@ def result(call: Call, record: RequestRecord) -> types.CallToolResult:
         out["answer"] = record.response
         text = record.response if isinstance(record.response, str) else json.dumps(record.response,
                                                                                   ensure_ascii=False)
+    if record.timed_out:
+        # Nobody answered: the request's on_timeout policy gave this result at the deadline.
+        out["timed_out"] = True
+        text = f"No human answered in time; on_timeout applied: {text}"
     who = f" (by {record.answered_by})" if record.answered_by else ""
     return types.CallToolResult(content=[types.TextContent(text=f"{text}{who}")], structured_content=out)
 

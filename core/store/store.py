@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import and_, bindparam, insert, select, text, update
+from sqlalchemy import and_, bindparam, exists, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
@@ -140,6 +140,15 @@ _RELEASE_WITHDRAWAL = (update(deliveries_t)
 _DELIVERIES_FOR = (select(deliveries_t)
                    .where(deliveries_t.c.tenant_id == _b("tenant_id"), deliveries_t.c.request_id == _b("request_id"))
                    .order_by(deliveries_t.c.id))
+
+# Terminal requests whose callback was neither sent nor given up on: what recovery resumes.
+_CALLBACKS_DUE = (
+    select(requests_t.c.id, requests_t.c.tenant_id, requests_t.c.resolved_at)
+    .where(requests_t.c.callback_url.is_not(None), requests_t.c.status != "pending",
+           ~exists().where(deliveries_t.c.request_id == requests_t.c.id, deliveries_t.c.channel == "callback",
+                           deliveries_t.c.status.in_(("sent", "failed"))))
+    .order_by(requests_t.c.resolved_at)
+    .limit(_b("limit")))
 
 _INSERT_CHAT_ACTION = insert(chat_actions_t)
 _GET_CHAT_ACTION = select(chat_actions_t).where(chat_actions_t.c.token == _b("token"),
@@ -527,14 +536,15 @@ class Store:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
         return await conn.run(rowcount, _CANCEL_REQUEST, params) == 1
 
-    async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str]]:
+    async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str, str | None]]:
+        """Pending requests past their deadline: (id, tenant id, on_timeout_json: None for "expire")."""
         stmt = (
-            select(requests_t.c.id, requests_t.c.tenant_id)
+            select(requests_t.c.id, requests_t.c.tenant_id, requests_t.c.on_timeout_json)
             .where(and_(requests_t.c.status == "pending", requests_t.c.expires_at <= now))
             .order_by(requests_t.c.expires_at)
             .limit(limit)
         )
-        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, stmt)]
+        return [(r["id"], r["tenant_id"], r["on_timeout_json"]) for r in await self._read(all_rows, stmt)]
 
     async def uncollected_sensitive(self, *, resolved_before: float, delivered_before: float,
                                     limit: int = 500) -> list[tuple[str, str]]:
@@ -606,6 +616,10 @@ class Store:
 
     async def deliveries_for(self, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
         return await self._read(all_rows, _DELIVERIES_FOR, {"tenant_id": tenant_id, "request_id": request_id})
+
+    async def callbacks_due(self, *, limit: int = 500) -> list[dict[str, Any]]:
+        """Terminal requests (id, tenant_id, resolved_at) whose callback is not yet sent nor failed for good."""
+        return await self._read(all_rows, _CALLBACKS_DUE, {"limit": limit})
 
     async def deliveries_for_many(self, tenant_id: str, request_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}

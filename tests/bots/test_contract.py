@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,15 @@ async def test_a_masked_field_is_asked_only_in_the_form(driver: ConnectorDriver,
     assert "form" in told, told
     assert await status_of(api, request["id"]) == "pending"
     assert "hunter2" not in await everything_stored(api, request["id"])
+
+
+async def test_the_timeout_policy_shows_in_the_question(driver: ConnectorDriver, api: Api) -> None:
+    """An approval nobody answered, rejected by its ``on_timeout``: the message says so in core's words."""
+    request = await api.create(ask(driver, "c-timeout", kind="approval", on_timeout="reject"))
+    posted = await driver.posted(api, request)
+    service = api.app[SERVICE]
+    service.clock = lambda: time.time() + 3600  # past the deadline, without waiting for it
+    await service.sweep()
+    done = await api.wait(request["id"], timeout=10)
+    assert done["status"] == "answered" and done["timed_out"] is True
+    await driver.assert_withdrawn(posted, "Rejected automatically: no answer came in time")

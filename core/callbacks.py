@@ -1,0 +1,93 @@
+"""Request callbacks: a request's ``callback_url`` hears its result once it is terminal.
+
+The POST is signed and sent exactly like a ``[[webhooks]]`` one (``core/signedpost.py``)
+with the tenant's ``[tenants.callbacks] secret``, and the dispatcher retries it with the
+deliveries' backoff; it shows on the request as a delivery of channel ``callback``.
+A callback goes only to ``https`` URLs whose host resolves to public addresses, unless
+the tenant lists the host in ``allow_hosts`` (plain http and private or loopback
+addresses are then fine). The check runs at create (422) and again before each attempt,
+so a name that later resolves somewhere private is refused then too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from handraise.core.api import RequestView, url_host
+from handraise.core.config import CallbackSettings
+from handraise.core.errors import ConnectorError
+from handraise.core.signedpost import RESOLVED, envelope, post_signed
+
+CHANNEL = "callback"
+MAX_URL_CHARS = 2000
+_RESOLVE_SECONDS = 5.0
+
+
+async def url_problem(url: str, settings: CallbackSettings | None) -> str | None:
+    """Why a callback may not go to ``url`` for a tenant with these settings, or None."""
+    if settings is None:
+        return "this tenant has no [tenants.callbacks] secret to sign callbacks with"
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "must be an absolute https:// URL"
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        return "must be an absolute https:// URL"
+    if parts.username is not None or parts.password is not None:
+        return "must not hold a user name or password (sign-in travels in the signature)"
+    allowed = host in settings.allow_hosts
+    if parts.scheme != "https" and not allowed:
+        return "must be https (or name a host the tenant allows in [tenants.callbacks] allow_hosts)"
+    if allowed:
+        return None
+    addresses = await _addresses(host, port)
+    if not addresses:
+        return "its host cannot be resolved"
+    if not all(_public(a) for a in addresses):
+        return ("its host resolves to a loopback, private or reserved address "
+                "(allow it in [tenants.callbacks] allow_hosts)")
+    return None
+
+
+async def send(http: aiohttp.ClientSession, *, view: RequestView, url: str, settings: CallbackSettings | None,
+               log: logging.Logger) -> dict[str, object]:
+    """POST the terminal request to its callback; the delivery's ref, else ``ConnectorError``."""
+    problem = await url_problem(url, settings)
+    if problem is not None or settings is None:
+        raise ConnectorError(f"callback to {url_host(url)} refused: the URL {problem}", permanent=True)
+    payload = envelope(RESOLVED, view, delivery_id=f"{view.id}:{CHANNEL}")
+    status = await post_signed(http, url=url, secret=settings.secret.get_secret_value(), payload=payload,
+                               timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1")
+    return {"status": status}
+
+
+async def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        return [ipaddress.ip_address(host.split("%")[0])]
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.wait_for(
+            asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), _RESOLVE_SECONDS)
+    except (OSError, TimeoutError, UnicodeError):
+        return []
+    out = []
+    for family, *_rest, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            out.append(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
+    return out
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    # ::ffff:127.0.0.1 reaches 127.0.0.1: judge a mapped address by the IPv4 one it stands for.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
