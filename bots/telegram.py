@@ -667,7 +667,8 @@ class TelegramConnector(ChatConnector):
             entry = [sent.chat.id, sent.message_id]
             # Atomic: two taps at once (here or on another instance) each keep their message.
             await self.service.update_state(SENT, request_id,
-                                            lambda kept: json.dumps([*json.loads(kept or "[]"), entry]))
+                                            lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
+                                            request_id=request_id)
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             if view.terminal:  # ended while the link was on its way: withdraw has run already
                 await self._strip_private_links(view)

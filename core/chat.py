@@ -303,7 +303,7 @@ class ChatConnector(Connector):
         """True the first time this person is told something about this request (strangers are told once)."""
         key = f"{self.name}:{view.id}:{sender.principal}"[:200]
         mark = secrets.token_hex(8)
-        return await self.service.set_state_if_absent(TOLD, key, mark) == mark
+        return await self.service.set_state_if_absent(TOLD, key, mark, request_id=view.id) == mark
 
 
 def read_reply(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]] | None]:

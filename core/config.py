@@ -129,6 +129,10 @@ class LimitsSettings(_Section):
     # A sensitive answer handed to the agent stays this long for its next call (a lost connection)
     # unless acknowledged or fetched again; then it is deleted.
     sensitive_grace_seconds: float = Field(default=30.0, ge=0, le=600)
+    # What a request leaves behind once it is no longer pending (chat button tokens, chat message refs,
+    # one-time links, connector state about it) is deleted by the sweeper this long after it was made
+    # or last changed. Rating buttons under an answered question stop working then.
+    spent_retention_seconds: int = Field(default=7 * 86400, ge=1)
     # Invalid answers one principal (a key, a link, a chat user) may make
     # within the window; beyond it 429 with Retry-After, and nothing is journaled.
     max_failed_attempts: int = Field(default=20, ge=1)

@@ -266,7 +266,7 @@ class Connector(ABC):
             return json.loads(kept)
         tokens = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
                                                         channel=self.name, values=[{"rate": n} for n in RATINGS])
-        await self.service.set_state(RATING_TOKENS, key, json.dumps(tokens))
+        await self.service.set_state(RATING_TOKENS, key, json.dumps(tokens), request_id=view.id)
         return tokens
 
     async def rate(self, *, tenant_id: str, request_id: str, user_id: str, principal: str,
@@ -304,7 +304,7 @@ class Connector(ABC):
                 assert previous is not None
                 previous = await self._newest_of_chain(tenant_id, view.run_id, previous)
                 continue
-            await self.service.set_state(RATING_STATE, key, annotation["annotationId"])
+            await self.service.set_state(RATING_STATE, key, annotation["annotationId"], request_id=request_id)
             return AnswerOutcome("accepted", wording.rated(rating, replaced=previous is not None), view)
         return AnswerOutcome("unavailable", wording.text("rating_lost"))
 

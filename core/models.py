@@ -120,7 +120,8 @@ class DeliveryRow(SQLModel, table=True):
 
 class LinkRow(SQLModel, table=True):
     __tablename__ = "links"
-    __table_args__ = (Index("ix_links_request", "request_id"),)
+    # ix_links_created: the sweeper prunes spent links by age (migration 0007).
+    __table_args__ = (Index("ix_links_request", "request_id"), Index("ix_links_created", "created_at"))
 
     id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=64)
@@ -175,7 +176,7 @@ class ChatActionRow(SQLModel, table=True):
     """Server-side map behind a chat button: a short random token names a request and a value."""
 
     __tablename__ = "chat_actions"
-    __table_args__ = (Index("ix_chat_actions_request", "request_id"),)
+    __table_args__ = (Index("ix_chat_actions_request", "request_id"), Index("ix_chat_actions_created", "created_at"))
 
     token: str = Field(primary_key=True, max_length=32)
     tenant_id: str = Field(max_length=64)
@@ -189,6 +190,7 @@ class MessageRefRow(SQLModel, table=True):
     """Which request a posted chat message belongs to, so a reply or reaction to it finds its request."""
 
     __tablename__ = "message_refs"
+    __table_args__ = (Index("ix_message_refs_created", "created_at"),)
 
     channel: str = Field(primary_key=True, max_length=32)
     message_key: str = Field(primary_key=True, max_length=300)
@@ -198,14 +200,20 @@ class MessageRefRow(SQLModel, table=True):
 
 
 class StateRow(SQLModel, table=True):
-    """Small durable key/value state: a connector's sync position, the server secret."""
+    """Small durable key/value state: a connector's sync position, the server secret; and state about one
+    request (``request_id`` set), which the sweeper prunes with the request's other spent rows."""
 
     __tablename__ = "kv_state"
+    __table_args__ = (
+        Index("ix_kv_state_request_updated", "updated_at", sqlite_where=text("request_id IS NOT NULL"),
+              postgresql_where=text("request_id IS NOT NULL")),
+    )
 
     namespace: str = Field(primary_key=True, max_length=64)
     key: str = Field(primary_key=True, max_length=200)
     value: str = Field(sa_column=Column(Text, nullable=False))
     updated_at: float = Field(sa_column=Column(Float, nullable=False))
+    request_id: str | None = Field(default=None, max_length=64)
 
 
 class InboxSigninRow(SQLModel, table=True):

@@ -55,6 +55,8 @@ from handraise.core.store import Store
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+# The longest pause between two prunings of spent rows (``RequestService.prune_spent``).
+PRUNE_EVERY_SECONDS = 60.0
 
 
 def new_id(prefix: str) -> str:
@@ -72,6 +74,7 @@ class RequestService:
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
         self._purges: set[asyncio.Task[None]] = set()
         self._sealer: Sealer | None = None
+        self._pruned_at = float("-inf")
         limits = settings.limits
         self.attempts = AttemptLimiter(max_failures=limits.max_failed_attempts,
                                        window=limits.failed_attempts_window_seconds)
@@ -499,7 +502,23 @@ class RequestService:
             if row is not None:
                 reason = "retention" if row["response_delivered_at"] is None else "grace_over"
                 await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=row["run_id"], reason=reason)
+        await self.prune_spent()
         return count
+
+    async def prune_spent(self, *, force: bool = False) -> dict[str, int]:
+        """Delete what finished requests left behind past ``limits.spent_retention_seconds``.
+
+        At most once a minute (or once per retention, when shorter) unless ``force``: nothing becomes
+        prunable faster than that, and a sweep runs every second.
+        """
+        now, retention = self.clock(), self.settings.limits.spent_retention_seconds
+        if not force and now - self._pruned_at < min(PRUNE_EVERY_SECONDS, retention):
+            return {}
+        self._pruned_at = now
+        pruned = await self.store.prune_spent(before=now - retention)
+        if any(pruned.values()):
+            log.info("spent rows pruned", extra={"pruned": pruned})
+        return pruned
 
     async def run_sweeper(self, interval: float) -> None:
         while True:
@@ -655,17 +674,20 @@ class RequestService:
     async def get_state(self, namespace: str, key: str) -> str | None:
         return await self.store.get_state(namespace, key)
 
-    async def set_state(self, namespace: str, key: str, value: str) -> None:
-        await self.store.set_state(namespace, key, value)
+    async def set_state(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
+        """``request_id``: the state is about that request and is pruned with its other spent rows."""
+        await self.store.set_state(namespace, key, value, request_id=request_id)
 
-    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str]) -> str:
+    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str], *,
+                           request_id: str | None = None) -> str:
         """Change a value atomically: ``change`` maps what is stored (or None) to the new value, and is
         applied again if another writer got in first (``Store.update_state``)."""
-        return await self.store.update_state(namespace, key, change)
+        return await self.store.update_state(namespace, key, change, request_id=request_id)
 
-    async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
+    async def set_state_if_absent(self, namespace: str, key: str, value: str, *,
+                                  request_id: str | None = None) -> str:
         """Store ``value`` unless one is there; what is stored (the first writer wins, atomically)."""
-        return await self.store.set_state_if_absent(namespace, key, value)
+        return await self.store.set_state_if_absent(namespace, key, value, request_id=request_id)
 
     async def server_secret(self) -> bytes:
         """A per-installation random secret (CSRF tokens, button signatures), made once and shared."""

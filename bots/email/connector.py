@@ -155,7 +155,7 @@ class EmailConnector(ChatConnector):
                                     asker=self.asker(request.tenant_id), headline=outcome.plain().split("\n")[0],
                                     lines=outcome.lines, now=self.service.clock())
         await self.send(mail, thread)
-        await self.service.set_state(OUTCOME_SENT, key, "1")
+        await self.service.set_state(OUTCOME_SENT, key, "1", request_id=request.id)
 
     # -- SMTP ----------------------------------------------------------------------------
 

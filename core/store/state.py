@@ -1,4 +1,7 @@
-"""Small durable key/value state (a connector's sync position, the journal head): statements and units."""
+"""Small durable key/value state (a connector's sync position, the journal head): statements and units.
+
+State about one request names it (``request_id``): the sweeper prunes it with the request's other
+spent rows (``core/store/pruning.py``)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ def _upsert(make: Any) -> Any:
     # collide on INSERT; the later one's value stands.
     stmt = make(state_t)
     return stmt.on_conflict_do_update(index_elements=[state_t.c.namespace, state_t.c.key],
-                                      set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at})
+                                      set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at,
+                                            "request_id": stmt.excluded.request_id})
 
 
 _PUT_STATE = {"postgresql": _upsert(pg_insert), "sqlite": _upsert(sqlite_insert)}
@@ -33,24 +37,27 @@ _REPLACE_STATE = update(state_t).where(
     state_t.c.value == bindparam("w_expected"))
 
 
-def put_state(c: Connection, namespace: str, key: str, value: str, now: float) -> None:
-    c.execute(_PUT_STATE[c.dialect.name], {"namespace": namespace, "key": key, "value": value, "updated_at": now})
+def put_state(c: Connection, namespace: str, key: str, value: str, now: float, request_id: str | None) -> None:
+    c.execute(_PUT_STATE[c.dialect.name], {"namespace": namespace, "key": key, "value": value, "updated_at": now,
+                                           "request_id": request_id})
 
 
-def set_state_if_absent(c: Connection, insert_stmt: Any, namespace: str, key: str, value: str) -> str:
+def set_state_if_absent(c: Connection, insert_stmt: Any, namespace: str, key: str, value: str,
+                        request_id: str | None) -> str:
     current = c.execute(GET_STATE, {"namespace": namespace, "key": key}).scalar()
     if current is not None:
         return current
-    c.execute(insert_stmt, {"namespace": namespace, "key": key, "value": value, "updated_at": time.time()})
+    c.execute(insert_stmt, {"namespace": namespace, "key": key, "value": value, "updated_at": time.time(),
+                            "request_id": request_id})
     # A concurrent first writer (another instance) may have won: what is stored is the answer.
     return c.execute(GET_STATE, {"namespace": namespace, "key": key}).scalar_one()
 
 
 def replace_state(c: Connection, insert_stmt: Any, namespace: str, key: str, expected: str | None, value: str,
-                  now: float) -> bool:
+                  now: float, request_id: str | None) -> bool:
     """Compare-and-set: store ``value`` only if what is stored is still ``expected`` (None: nothing)."""
     if expected is None:
-        row = {"namespace": namespace, "key": key, "value": value, "updated_at": now}
+        row = {"namespace": namespace, "key": key, "value": value, "updated_at": now, "request_id": request_id}
         return c.execute(insert_stmt, row).rowcount == 1
     params = {"value": value, "updated_at": now, "w_namespace": namespace, "w_key": key, "w_expected": expected}
     return c.execute(_REPLACE_STATE, params).rowcount == 1

@@ -45,6 +45,7 @@ from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
+from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import GET_STATE, put_state, replace_state, set_state_if_absent
 from handraise.core.store.units import (
     PgConnection,
@@ -699,22 +700,33 @@ class Store:
     async def get_state(self, namespace: str, key: str) -> str | None:
         return await self._read(scalar, GET_STATE, {"namespace": namespace, "key": key})
 
-    async def set_state(self, namespace: str, key: str, value: str) -> None:
-        await self._write(put_state, namespace, key, value, time.time())
+    async def set_state(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
+        """Store ``value``; ``request_id``: the state is about that request and is pruned with it."""
+        await self._write(put_state, namespace, key, value, time.time(), request_id)
 
-    async def set_state_if_absent(self, namespace: str, key: str, value: str) -> str:
+    async def set_state_if_absent(self, namespace: str, key: str, value: str, *,
+                                  request_id: str | None = None) -> str:
         """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
-        return await self._write(set_state_if_absent, self._inserts.state, namespace, key, value)
+        return await self._write(set_state_if_absent, self._inserts.state, namespace, key, value, request_id)
 
-    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str]) -> str:
+    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str], *,
+                           request_id: str | None = None) -> str:
         """Read-modify-write without losing a concurrent writer's change: ``change(current)`` is applied
         with a compare-and-set and applied again to the newer value when another writer (a task here,
         another instance) got in between. ``change`` must be pure. Returns what was stored."""
         while True:
             current = await self.get_state(namespace, key)
             value = change(current)
-            if await self._write(replace_state, self._inserts.state, namespace, key, current, value, time.time()):
+            if await self._write(replace_state, self._inserts.state, namespace, key, current, value, time.time(),
+                                 request_id):
                 return value
+
+    # -- pruning (core/store/pruning.py) ---------------------------------------
+
+    async def prune_spent(self, *, before: float, limit: int = 1000) -> dict[str, int]:
+        """Delete what requests no longer pending left behind before ``before``: button tokens, message refs,
+        links and per-request state; at most ``limit`` rows of each per call. How many went, per table."""
+        return await self._write(prune_spent, before, limit)
 
     # -- notifications and leadership (PostgreSQL) -----------------------------
 

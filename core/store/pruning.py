@@ -1,0 +1,47 @@
+"""Pruning: what a finished request leaves behind (chat button tokens, chat message refs, one-time links,
+connector state about it) is deleted once it is older than the retention, by the sweeper.
+
+A row goes when it is older than the cut-off and its request is not pending; a pending request's rows
+stay whatever their age. Each table is read through an index on the row's age (migration 0007), so a
+pass reads the rows it deletes and the few of long-pending requests, never the whole table; each pass
+deletes at most ``limit`` rows per table, so a first pass over a large backlog stays short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, delete, exists, select, tuple_
+from sqlalchemy.engine import Connection
+
+from handraise.core.models import ChatActionRow, LinkRow, MessageRefRow, RequestRow, StateRow
+
+requests_t = RequestRow.__table__
+
+
+def _prune(table: Any, age: Any, *conditions: Any) -> Any:
+    pending = exists().where(requests_t.c.id == table.c.request_id, requests_t.c.status == "pending")
+    key = list(table.primary_key.columns)
+    old = (select(*key).where(age < bindparam("before"), *conditions, ~pending)
+           .order_by(age).limit(bindparam("limit")))
+    target = key[0] if len(key) == 1 else tuple_(*key)
+    return delete(table).where(target.in_(old))
+
+
+def _statements() -> dict[str, Any]:
+    chat_actions, message_refs = ChatActionRow.__table__, MessageRefRow.__table__
+    links, state = LinkRow.__table__, StateRow.__table__
+    return {
+        "chat_actions": _prune(chat_actions, chat_actions.c.created_at),
+        "message_refs": _prune(message_refs, message_refs.c.created_at),
+        "links": _prune(links, links.c.created_at),
+        # Only state about one request: a sync position or the server secret has no request_id.
+        "kv_state": _prune(state, state.c.updated_at, state.c.request_id.is_not(None)),
+    }
+
+
+_PRUNE = _statements()
+
+
+def prune_spent(c: Connection, before: float, limit: int) -> dict[str, int]:
+    return {name: c.execute(stmt, {"before": before, "limit": limit}).rowcount for name, stmt in _PRUNE.items()}

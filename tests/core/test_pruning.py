@@ -1,0 +1,112 @@
+"""Pruning of spent rows by the sweeper, on both stores: what a finished request left behind (chat button
+tokens, chat message refs, one-time links, connector state about it) goes after the retention; a pending
+request's rows, recent rows and state about no request stay."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from conftest import Api, base_config, running_app, settings_from
+
+from handraise.core.appkeys import SERVICE, STORE
+from handraise.core.errors import NotFoundError
+from handraise.core.service import RequestService
+
+
+async def leave_traces(service: RequestService, request_id: str) -> dict[str, Any]:
+    """Every kind of row a chat connector and the web channel leave about a request."""
+    token, = await service.create_chat_actions(tenant_id="acme", request_id=request_id, channel="telegram",
+                                               values=[{"decision": "approve"}])
+    await service.remember_message(channel="telegram", message_key=f"1:{request_id}", tenant_id="acme",
+                                   request_id=request_id)
+    link = await service.mint_link(tenant_id="acme", request_id=request_id, principal="operator:op-1")
+    await service.set_state("ratings", f"telegram:{request_id}:42", "ann-1", request_id=request_id)
+    return {"token": token, "key": f"1:{request_id}", "link": link.url.rsplit("/f/", 1)[1],
+            "state": f"telegram:{request_id}:42"}
+
+
+async def traces_left(service: RequestService, traces: dict[str, Any]) -> dict[str, bool]:
+    try:
+        await service.find_link(traces["link"])
+        link = True
+    except NotFoundError:
+        link = False
+    return {
+        "chat_action": await service.resolve_chat_action(token=traces["token"], channel="telegram") is not None,
+        "message_ref": await service.lookup_message(channel="telegram", message_key=traces["key"]) is not None,
+        "link": link,
+        "state": await service.get_state("ratings", traces["state"]) is not None,
+    }
+
+
+ALL = {"chat_action": True, "message_ref": True, "link": True, "state": True}
+NONE = {"chat_action": False, "message_ref": False, "link": False, "state": False}
+
+
+async def two_requests(api: Api) -> tuple[dict[str, Any], dict[str, Any]]:
+    service = api.app[SERVICE]
+    live = await api.create({"unique_id": "live", "message_for_user": "Still open?", "timeout_seconds": 600})
+    done = await api.create({"unique_id": "done", "message_for_user": "Answered?", "timeout_seconds": 600})
+    traces = (await leave_traces(service, live["id"]), await leave_traces(service, done["id"]))
+    assert (await api.submit("done", "yes"))[0] == 200
+    return traces
+
+
+async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: str) -> None:
+    async with running_app(settings_from(base_config(storage_url))) as api:
+        service = api.app[SERVICE]
+        await service.set_state("telegram.sync", "position", "42")  # about no request: never pruned
+        live, done = await two_requests(api)
+
+        # Within the retention (7 days by default) nothing goes.
+        assert set((await service.prune_spent(force=True)).values()) == {0}
+        assert await traces_left(service, done) == ALL
+
+        # Past it: the finished request's rows go, the pending one's stay, whatever their age.
+        service.clock = lambda: time.time() + 8 * 86400
+        pruned = await service.prune_spent(force=True)
+        assert pruned == {"chat_actions": 1, "message_refs": 1, "links": 1, "kv_state": 1}
+        assert await traces_left(service, done) == NONE
+        assert await traces_left(service, live) == ALL
+        assert await service.get_state("telegram.sync", "position") == "42"
+        # A pass deletes at most its limit per table, oldest first.
+        assert set((await api.app[STORE].prune_spent(before=time.time() + 9 * 86400, limit=0)).values()) == {0}
+
+
+async def test_the_sweeper_prunes_after_the_retention(storage_url: str) -> None:
+    settings = settings_from(base_config(storage_url, limits={"sweep_interval_seconds": 0.1,
+                                                              "spent_retention_seconds": 1}))
+    async with running_app(settings) as api:
+        service = api.app[SERVICE]
+        live, done = await two_requests(api)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while await traces_left(service, done) != NONE:
+            assert loop.time() < deadline, await traces_left(service, done)
+            await asyncio.sleep(0.1)
+        assert await traces_left(service, live) == ALL
+
+
+async def test_pruning_reads_through_the_age_indexes(tmp_path: Any) -> None:
+    import sqlite3
+
+    from sqlalchemy.dialects import sqlite
+
+    from handraise.core.store.pruning import _PRUNE
+
+    async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'p.db'}"))) as api:
+        path = api.app[STORE].sqlite_path
+    conn = sqlite3.connect(str(path))
+    try:
+        for name, stmt in _PRUNE.items():
+            compiled = stmt.compile(dialect=sqlite.dialect())
+            given = {**compiled.params, "before": 1e9, "limit": 1000}
+            params = [given[k] if given.get(k) is not None else 0 for k in compiled.positiontup or []]
+            plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + str(compiled), params))
+            index = {"chat_actions": "ix_chat_actions_created", "message_refs": "ix_message_refs_created",
+                     "links": "ix_links_created", "kv_state": "ix_kv_state_request_updated"}[name]
+            assert index in plan, (name, plan)
+    finally:
+        conn.close()
