@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,6 +230,7 @@ def _created_key(result: subprocess.CompletedProcess[str]) -> str:
     return next(line.split()[-1] for line in result.stdout.splitlines() if line.startswith("key:"))
 
 
+@pytest.mark.timeout(360)  # two server starts and five cold CLI starts: minutes on a loaded machine
 async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
     """Keys made by the CLI work; ``handraise ask`` prints the answer; a kill -9 loses no pending request."""
     agent = _created_key(await asyncio.to_thread(_run, ["keys", "create", "--tenant", "default", "--scopes", "ask"],
@@ -262,11 +264,13 @@ async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
                                     cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
         asking = await ask("--approval", "--unique-id", "cli-approval", "--timeout", "60")
-        for _ in range(200):
+        deadline = time.monotonic() + 60  # a cold interpreter start on a loaded machine takes seconds
+        while True:
             status, _ = await _http("POST", f"{base}/api/human-feedback/submit", operator,
                                     json={"unique_id": "cli-approval", "response": {"decision": "approve"}})
             if status == 200:
                 break
+            assert time.monotonic() < deadline, "the CLI never created its request"
             await asyncio.sleep(0.05)  # the CLI process has not created its request yet
         out, _err = await asyncio.to_thread(asking.communicate, timeout=30)
         assert asking.returncode == 0 and json.loads(out) == {"decision": "approve"}
