@@ -120,7 +120,7 @@ class DeliveryRow(SQLModel, table=True):
 
 class LinkRow(SQLModel, table=True):
     __tablename__ = "links"
-    # ix_links_created: the sweeper prunes spent links by age (migration 0007).
+    # ix_links_created: the sweeper prunes spent links by age (migration 0008).
     __table_args__ = (Index("ix_links_request", "request_id"), Index("ix_links_created", "created_at"))
 
     id: str = Field(primary_key=True, max_length=64)

@@ -2,7 +2,7 @@
 connector state about it) is deleted once it is older than the retention, by the sweeper.
 
 A row goes when it is older than the cut-off and its request is not pending; a pending request's rows
-stay whatever their age. Each table is read through an index on the row's age (migration 0007), so a
+stay whatever their age. Each table is read through an index on the row's age (migration 0008), so a
 pass reads the rows it deletes and the few of long-pending requests, never the whole table; each pass
 deletes at most ``limit`` rows per table, so a first pass over a large backlog stays short.
 """

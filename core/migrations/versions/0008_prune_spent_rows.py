@@ -1,7 +1,7 @@
 """prune: indexes for the sweeper's pruning of spent rows, and per-request kv state
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 
 The sweeper deletes what a finished request leaves behind once ``limits.spent_retention_seconds``
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
