@@ -15,6 +15,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -22,6 +23,7 @@ import aiohttp
 from handraise.core.api import RequestView, url_host
 from handraise.core.config import CallbackSettings
 from handraise.core.errors import ConnectorError
+from handraise.core.hitl import hitl_signature
 from handraise.core.signedpost import RESOLVED, envelope, post_signed
 
 CHANNEL = "callback"
@@ -58,14 +60,20 @@ async def url_problem(url: str, settings: CallbackSettings | None) -> str | None
 
 
 async def send(http: aiohttp.ClientSession, *, view: RequestView, url: str, settings: CallbackSettings | None,
-               log: logging.Logger) -> dict[str, object]:
-    """POST the terminal request to its callback; the delivery's ref, else ``ConnectorError``."""
+               log: logging.Logger, hitl_payload: dict[str, Any] | None = None) -> dict[str, object]:
+    """POST the terminal request to its callback; the delivery's ref, else ``ConnectorError``.
+
+    ``hitl_payload``: a HITL-protocol case's callback (core/hitl.py) instead of the request's
+    envelope, signed both ways: Handraise's headers and the protocol's ``X-HITL-Signature``.
+    """
     problem = await url_problem(url, settings)
     if problem is not None or settings is None:
         raise ConnectorError(f"callback to {url_host(url)} refused: the URL {problem}", permanent=True)
-    payload = envelope(RESOLVED, view, delivery_id=f"{view.id}:{CHANNEL}")
-    status = await post_signed(http, url=url, secret=settings.secret.get_secret_value(), payload=payload,
-                               timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1")
+    secret = settings.secret.get_secret_value()
+    payload = hitl_payload or envelope(RESOLVED, view, delivery_id=f"{view.id}:{CHANNEL}")
+    status = await post_signed(http, url=url, secret=secret, payload=payload,
+                               timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1",
+                               also_signed=None if hitl_payload is None else hitl_signature(secret))
     return {"status": status}
 
 

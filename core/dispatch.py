@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import ClientSession
 
-from handraise.core import callbacks
+from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
 from handraise.core.connectors import Backoff, Connector
 from handraise.core.errors import ConnectorError, NotFoundError
@@ -285,9 +285,14 @@ class Dispatcher:
         tenant = self.service.settings.tenant(tenant_id)
         settings = tenant.callbacks if tenant is not None else None
         http = self.http
+        # A case created through the HITL-protocol endpoints is called back in the protocol's shape.
+        case = await self.service.store.reviews.get_case(tenant_id=tenant_id, request_id=request_id)
 
         async def send(current: RequestView) -> dict[str, Any]:
-            return await callbacks.send(http, view=current, url=url, settings=settings, log=log)
+            payload = None if case is None else hitl.callback_payload(
+                current, case, settings=self.service.settings, delivery_id=f"{current.id}:{callbacks.CHANNEL}")
+            return await callbacks.send(http, view=current, url=url, settings=settings, log=log,
+                                        hitl_payload=payload)
 
         await self._send(view, channel=callbacks.CHANNEL, target=host, delivery_id=delivery_id, send=send,
                          first_attempt=max(first_attempt, row["attempts"] + 1), while_pending=False)

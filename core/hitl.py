@@ -17,8 +17,11 @@ Where Handraise is stricter than the protocol, on purpose:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
@@ -27,7 +30,7 @@ from handraise.core.api import CreateRequestBody, Id, RequestView, UniqueId, iso
 from handraise.core.config import Settings
 from handraise.core.errors import HandraiseError, ValidationFailedError
 from handraise.core.people import person_of
-from handraise.core.text import prose
+from handraise.core.text import label, prose
 
 if TYPE_CHECKING:
     from handraise.core.service import RequestService
@@ -138,6 +141,8 @@ class CreateReviewBody(BaseModel):
     timeout: Annotated[str, Field(max_length=32, description="ISO 8601 (PT24H, P7D) or 24h, 30m, 7d")] | None = None
     default_action: Literal["skip", "approve", "reject", "abort"] = "skip"
     context: ReviewContext | None = None
+    # The protocol's hitl_callback_url: the result is POSTed there once terminal (core/callbacks.py).
+    callback_url: label(min_length=1, max_length=2000) | None = None
     # Handraise's: an agent's retry with the same unique_id and body gets the same case.
     unique_id: UniqueId | None = None
     run_id: Id | None = None
@@ -280,6 +285,7 @@ def to_request(body: CreateReviewBody, *, settings: Settings) -> CreateRequestBo
         "unique_id": body.unique_id or f"hitl-{secrets.token_urlsafe(16)}",
         "message_for_user": message, "timeout_seconds": timeout, "schema": schema, "kind": kind,
         "sensitive": sensitive, "run_id": body.run_id, "channels": body.channels,
+        **({"callback_url": body.callback_url} if body.callback_url is not None else {}),
     }, what="review")
 
 
@@ -342,6 +348,7 @@ class HitlObject(BaseModel):
     review_url: str | None = None
     poll_url: str
     events_url: str
+    callback_url: str | None = None
     type: ReviewType
     prompt: str
     timeout: str
@@ -421,6 +428,24 @@ def poll_response(view: RequestView, case: dict[str, Any] | None, *, include_ans
     return out.model_dump(mode="json", exclude_none=True)
 
 
+# The protocol's callback signature: HMAC-SHA256 of the raw body under the shared secret (here the
+# tenant's ``[tenants.callbacks] secret``), beside Handraise's own timestamped signature.
+HITL_SIGNATURE_HEADER = "X-HITL-Signature"
+
+
+def hitl_signature(secret: str) -> Callable[[bytes], dict[str, str]]:
+    key = secret.encode()
+    return lambda body: {HITL_SIGNATURE_HEADER: "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()}
+
+
+def callback_payload(view: RequestView, case: dict[str, Any], *, settings: Settings,
+                     delivery_id: str) -> dict[str, Any]:
+    """What a terminal case's ``callback_url`` hears: ``review.<status>`` with the poll response
+    (never a sensitive answer: the agent collects that from poll_url) and a delivery id to dedupe on."""
+    poll = poll_response(view, case, include_answer=not view.sensitive, settings=settings)
+    return {"event": f"review.{poll['status']}", "delivery_id": delivery_id, **poll}
+
+
 class CaseUrls:
     """Where a case lives on this server (``server.public_url``)."""
 
@@ -445,6 +470,7 @@ def accepted_body(view: RequestView, body: CreateReviewBody, *, urls: CaseUrls,
                    "(or follow events_url) for the result.")
     hitl = HitlObject(
         case_id=view.id, review_url=review_url, poll_url=urls.poll(view.id), events_url=urls.events(view.id),
+        callback_url=body.callback_url,
         type=body.type, prompt=body.prompt, timeout=iso_duration(round(view.expires_at - view.created_at)),
         default_action=body.default_action, created_at=iso(view.created_at) or "",
         expires_at=iso(view.expires_at) or "",
@@ -462,7 +488,7 @@ def discovery(settings: Settings) -> dict[str, Any]:
                     "description": "Ask a human for a decision, a value or an approval, and wait for a validated "
                                    "answer; people answer in Telegram, Matrix, Slack, email or a hosted form"},
         "capabilities": {
-            "review_types": list(REVIEW_TYPES), "transports": ["polling", "sse"],
+            "review_types": list(REVIEW_TYPES), "transports": ["polling", "sse", "callback"],
             "default_timeout": iso_duration(limits.default_timeout_seconds),
             "max_timeout": iso_duration(limits.max_timeout_seconds),
             "supports_inline_submit": False, "supports_multi_round": False, "supports_signatures": False,

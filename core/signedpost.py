@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -43,8 +44,12 @@ def envelope(event: str, request: RequestView, *, delivery_id: str) -> dict[str,
 
 
 async def post_signed(http: aiohttp.ClientSession, *, url: str, secret: str, payload: dict[str, Any],
-                      timeout: float, log: logging.Logger, user_agent: str = "Handraise-Webhook/1") -> int:
-    """POST ``payload`` (an ``envelope``) signed with ``secret``; the 2xx status, else ``ConnectorError``."""
+                      timeout: float, log: logging.Logger, user_agent: str = "Handraise-Webhook/1",
+                      also_signed: Callable[[bytes], dict[str, str]] | None = None) -> int:
+    """POST ``payload`` (an ``envelope``) signed with ``secret``; the 2xx status, else ``ConnectorError``.
+
+    ``also_signed(body)``: more headers over the same body (a HITL-protocol callback's ``X-HITL-Signature``).
+    """
     event = payload["event"]
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     timestamp = int(time.time())  # fresh per attempt: a retry is not a replay
@@ -55,6 +60,7 @@ async def post_signed(http: aiohttp.ClientSession, *, url: str, secret: str, pay
         DELIVERY_HEADER: payload["delivery_id"],
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: sign(secret, timestamp=timestamp, body=body),
+        **(also_signed(body) if also_signed is not None else {}),
     }
     # The URL may hold a token of its own (hook URLs often do): errors name the host only.
     host = url_host(url)

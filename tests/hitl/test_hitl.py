@@ -9,6 +9,8 @@ and its live poll response, 202 and events validated.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,10 +32,13 @@ from conftest import (
     running_app,
     settings_from,
 )
+from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
+
 from handraise.core.appkeys import SERVICE
 from handraise.core.errors import AlreadyAnsweredError, ExpiredError, NotFoundError, ValidationFailedError
 from handraise.core.hitl import parse_timeout, protocol_error
 from handraise.core.schema import FORMAT_CHECKER
+from handraise.core.signedpost import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
 from handraise.webforms.connector import WebFormsConnector
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
@@ -58,10 +63,14 @@ def valid(kind: str, instance: Any) -> None:
     assert not errors, (kind, errors, instance)
 
 
+CALLBACK_SECRET = "hitl-callback-secret-0123456789"
+
+
 def _app(storage_url: str, *, people: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
     config = base_config(storage_url)
     if people:
         config["tenants"][0]["people"] = people
+    config["tenants"][0]["callbacks"] = {"secret": CALLBACK_SECRET, "allow_hosts": ["127.0.0.1"]}
     config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
     return running_app(settings_from(config), connector_classes=[WebFormsConnector], **kwargs)
 
@@ -112,7 +121,7 @@ async def test_discovery_describes_the_endpoint_family(hitl_api: Api) -> None:
     hitl = doc["hitl_protocol"]
     assert hitl["spec_version"] == "0.8"
     assert hitl["capabilities"]["review_types"] == ["approval", "selection", "input", "confirmation"]
-    assert "sse" in hitl["capabilities"]["transports"] and hitl["capabilities"]["supports_inline_submit"] is False
+    assert hitl["capabilities"]["transports"] == ["polling", "sse", "callback"] and hitl["capabilities"]["supports_inline_submit"] is False
     assert hitl["endpoints"]["reviews_base"] == "http://127.0.0.1:8080/v1/hitl/reviews"
     assert hitl["authentication"]["scopes"] == ["ask", "forward"]
 
@@ -491,6 +500,49 @@ async def test_the_events_url_reports_expiry(hitl_api: Api) -> None:
     _, name, data = frames.get_nowait()
     assert name == "review.expired" and data["default_action"] == "skip"
     valid("poll-response", data)
+
+
+# -- signed callbacks ------------------------------------------------------------------------------
+
+
+async def test_a_case_calls_back_in_the_protocols_shape_signed_both_ways(hitl_api: Api, receiver: Receiver) -> None:
+    url = receiver.url("/hitl?token=in-path")
+    hitl = await create(hitl_api, {"type": "selection", "prompt": "Which?", "callback_url": url,
+                                   "context": {"options": [{"value": "a", "label": "A"}]}})
+    valid("hitl-object", hitl)
+    assert hitl["callback_url"] == url
+    assert (await answer(hitl_api, hitl["case_id"], {"selected": ["a"]}))[0] == 200
+    [hit] = await receiver.wait_for("review.completed", timeout=15)
+    assert hit.path == "/hitl?token=in-path"
+    expected = "sha256=" + hmac.new(CALLBACK_SECRET.encode(), hit.body, hashlib.sha256).hexdigest()
+    assert hit.headers["X-HITL-Signature"] == expected
+    assert verify_signature(CALLBACK_SECRET, timestamp=hit.headers[TIMESTAMP_HEADER], body=hit.body,
+                            signature=hit.headers[SIGNATURE_HEADER])
+    body = hit.json
+    assert body.pop("event") == "review.completed" and body.pop("delivery_id") == f"{hitl['case_id']}:callback"
+    valid("poll-response", body)
+    assert body["result"] == {"action": "select", "data": {"selected": ["a"]}}
+
+
+async def test_an_expired_case_calls_back_and_a_sensitive_answer_never_rides_one(hitl_api: Api,
+                                                                                 receiver: Receiver) -> None:
+    expiring = await create(hitl_api, {"type": "approval", "prompt": "Go?", "timeout": "1s",
+                                       "default_action": "abort", "callback_url": receiver.url("/a")})
+    [hit] = await receiver.wait_for("review.expired", timeout=15)
+    assert hit.json["case_id"] == expiring["case_id"] and hit.json["default_action"] == "abort"
+    secret = await create(hitl_api, {"type": "input", "prompt": "Code?", "callback_url": receiver.url("/b"),
+                                     "context": {"form": {"fields": [
+                                         {"key": "code", "label": "Code", "type": "text", "sensitive": True}]}}})
+    assert (await answer(hitl_api, secret["case_id"], {"code": "551177"}))[0] == 200
+    [hit] = await receiver.wait_for("review.completed", timeout=15)
+    assert hit.json["result"] == {"action": "submit"} and b"551177" not in hit.body
+    assert (await poll(hitl_api, secret["case_id"]))["result"]["data"] == {"code": "551177"}
+
+
+async def test_a_callback_url_the_tenant_may_not_call_is_422(hitl_api: Api) -> None:
+    status, data = await hitl_api.call("POST", "/v1/hitl/reviews", key=FORWARD_KEY, json={
+        "type": "approval", "prompt": "Go?", "callback_url": "http://10.0.0.1/hook"})
+    assert status == 422 and [f["field"] for f in data["details"]["fields"]] == ["callback_url"]
 
 
 # -- the mapping itself ---------------------------------------------------------------------------
