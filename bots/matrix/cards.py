@@ -25,6 +25,8 @@ ACCEPTED = "✅"
 # so that asking is one click).
 FORM_KEY = "📝"
 ASK_FOR_LINK = f"react {FORM_KEY} to this message: the bot sends you your own one-time form link in a direct message."
+# The same, said in the card's thread (a 📝 on a notice asks for nothing).
+ASK_ON_THE_QUESTION = ASK_FOR_LINK.replace("to this message", "to the question")
 FORM_LINK_LABEL = "Open the form"
 
 # Skin tones and the emoji variation selector ride along with 👍/👎 reactions.

@@ -36,7 +36,7 @@ from nio.exceptions import LocalProtocolError
 
 from handraise.bots.matrix.cards import (
     ACCEPTED,
-    ASK_FOR_LINK,
+    ASK_ON_THE_QUESTION,
     FORM_KEY,
     answer_text,
     card_content,
@@ -186,6 +186,7 @@ class MatrixConnector(ChatConnector):
         super().__init__(**kwargs)
         settings: MatrixSettings = self.settings
         self._direct_locks: dict[str, asyncio.Lock] = {}
+        self._stopping = False
         self._room_tenant = settings.room_tenants()
         self._encrypted: set[str] = set()
         self._unreadable_reported: set[str] = set()
@@ -226,6 +227,7 @@ class MatrixConnector(ChatConnector):
         self.spawn(self.run_forever(self._sync_step, what="matrix sync"), name="sync")
 
     async def stop(self) -> None:
+        self._stopping = True
         # Let a batch being handled finish and its position be saved: cut short, its
         # answers would be handled again by the next leader.
         try:
@@ -234,6 +236,7 @@ class MatrixConnector(ChatConnector):
         except TimeoutError:
             self.log.warning("matrix: stopping in the middle of a sync batch; it will be handled again")
         try:
+            await self._end_tasks()
             await super().stop()
         finally:
             if self._batch_lock.locked():
@@ -241,6 +244,23 @@ class MatrixConnector(ChatConnector):
         await self.service.release_leadership(LEADER)
         if self._client is not None:
             await self._client.close()
+
+    async def _end_tasks(self) -> None:
+        """Cancel the sync loop until it has ended.
+
+        One cancellation can be lost: in Python 3.11 ``asyncio.wait_for`` returns a result that
+        arrived together with the cancellation (the leadership check uses it). A loop that lost
+        it would go on to the next batch and wait for the batch lock this stop holds, and the
+        stop would wait for the loop: so cancel again until it ends, for a bounded time.
+        """
+        pending = {task for task in self._tasks if not task.done()}
+        deadline = time.monotonic() + self.stop_grace_seconds
+        while pending and time.monotonic() < deadline:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.5)
+        if pending:
+            self.log.error("matrix: the sync loop did not end when stopped")
 
     async def _ensure_connected(self) -> None:
         """Log in (or check the token), then join and inspect every configured room; once."""
@@ -459,7 +479,7 @@ class MatrixConnector(ChatConnector):
             since = await self._first_sync()
         self.log.info("matrix: leading the sync loop")
         self.synced.set()
-        while True:
+        while not self._stopping:
             if not await self.service.leadership_alive(LEADER):
                 self.log.warning("matrix: lost the sync leadership; another instance may take over")
                 return
@@ -657,7 +677,7 @@ class MatrixConnector(ChatConnector):
         elif outcome.code != "not_found":
             lines = _notice_lines(outcome.message)
             if outcome.code in _POINT_TO_FORM:
-                lines.append(f"For the form, {ASK_FOR_LINK}")
+                lines.append(f"For the form, {ASK_ON_THE_QUESTION}")
             content = thread_notice(lines, card_event_id=card_id, reply_to=event_id, mention=sender.user_id)
             await self._send(room_id, "m.room.message", content, what=f"reply in {room_id}")
 
