@@ -169,10 +169,11 @@ def link_content(url: str, request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> d
     return {**_message(body, formatted), "msgtype": "m.text"}
 
 
-def link_closed_content(request: RequestView, *, event_id: str) -> dict[str, Any]:
+def link_closed_content(request: RequestView, *, event_id: str,
+                        outcome: wording.Outcome | None = None) -> dict[str, Any]:
     """An edit of a direct message that carried a form link: the request ended, the link goes."""
     about = "🔒 A sensitive request." if request.sensitive else f"❓ {request.message_for_user}"
-    shown = wording.outcome(request).plain()
+    shown = (outcome or wording.outcome(request)).plain()
     body = f"{about}\n\n{shown}"
     new = _message(body, f"<p>{_html_lines(about)}</p><p>{_html_lines(shown)}</p>")
     edit = _message(f"* {body}", new["formatted_body"])
@@ -223,9 +224,11 @@ def reminder_text(request: RequestView, *, now: float, tz: dt.tzinfo = dt.UTC) -
     return f"{wording.ICONS['reminder']} {wording.reminder(request, now=now, tz=tz)}"
 
 
-def outcome_content(request: RequestView, *, card_event_id: str) -> dict[str, Any]:
-    """An ``m.replace`` edit of the card: the question stays, the table and link go, the outcome shows."""
-    outcome = wording.outcome(request)
+def outcome_content(request: RequestView, *, card_event_id: str,
+                    outcome: wording.Outcome | None = None) -> dict[str, Any]:
+    """An ``m.replace`` edit of the card: the question stays, the table goes, the outcome shows
+    (``outcome``: with the person's name; by default as the principal reads)."""
+    outcome = outcome or wording.outcome(request)
     shown = outcome.plain()
     outcome_html = f"<p><b>{html.escape(f'{outcome.icon} {outcome.headline}')}</b></p>"
     if outcome.lines:

@@ -432,7 +432,7 @@ class MatrixConnector(ChatConnector):
 
     def _people(self, tenant_id: str) -> list[str]:
         route = self.settings.tenants.get(tenant_id)
-        return route.people() if route is not None else []
+        return route.resolved_people() if route is not None else []
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
@@ -440,12 +440,13 @@ class MatrixConnector(ChatConnector):
             return
         await self._ensure_connected()
         txn = f"handraise.outcome.{request.id}.{hashlib.sha256(card_id.encode()).hexdigest()[:12]}"
-        await self._send(room_id, "m.room.message", outcome_content(request, card_event_id=card_id),
+        outcome = await self.outcome_of(request)  # a tenant's person by their configured name
+        await self._send(room_id, "m.room.message", outcome_content(request, card_event_id=card_id, outcome=outcome),
                          what=f"edit the card in {room_id}", txn_id=txn)
         if ref.get("form_key"):
             # Nothing left to ask for: the 📝 goes with the request (a repeated redaction is harmless).
             await self._redact(room_id, ref["form_key"], reason="The question is closed")
-        await self._close_links(request)
+        await self._close_links(request, outcome)
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
@@ -703,7 +704,7 @@ class MatrixConnector(ChatConnector):
         await self.service.set_state(LINKS_SENT, request_id, json.dumps(kept))
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if view.terminal:  # ended while the link was on its way: withdraw has run already
-            await self._close_links(view)
+            await self._close_links(view, await self.outcome_of(view))
         self.log.info("matrix: personal form link sent", extra={"request_id": request_id})
 
     async def _tell_stranger(self, outcome: AnswerOutcome, sender: Sender) -> None:
@@ -807,13 +808,14 @@ class MatrixConnector(ChatConnector):
         except (*_NETWORK_ERRORS, ValueError) as e:
             raise ConnectorError(f"matrix: {method} account data failed: {type(e).__name__}") from e
 
-    async def _close_links(self, view: RequestView) -> None:
+    async def _close_links(self, view: RequestView, outcome: wording.Outcome) -> None:
         """The direct messages that carried a personal link lose it: the request is over."""
         kept = await self.service.get_state(LINKS_SENT, view.id)
         for room_id, event_id in json.loads(kept or "[]"):
             txn = f"handraise.linkend.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}"
             try:
-                await self._send(room_id, "m.room.message", link_closed_content(view, event_id=event_id),
+                await self._send(room_id, "m.room.message", link_closed_content(view, event_id=event_id,
+                                                                                outcome=outcome),
                                  what="edit a personal link away", txn_id=txn)
             except ConnectorError as e:  # the person left the room: nothing to edit there
                 self.log.info("matrix: a personal link message kept its text (%s)", e.message)

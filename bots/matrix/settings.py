@@ -7,6 +7,7 @@ import re
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from handraise.core.chat import RoutedSettings, TenantRoute
+from handraise.core.people import REFERENCE
 
 # A Matrix user id: @localpart:server (the server part may carry a port).
 _USER_ID = re.compile(r"@[^:\s]+:[^\s]+")
@@ -17,8 +18,11 @@ _ROOM_ID = re.compile(r"![^\s]+")
 class MatrixTenantSettings(TenantRoute):
     """``[matrix.tenants.<tenant id>]``: where that tenant's requests are posted and who answers."""
 
+    raw_id = _USER_ID
+
     room_ids: list[str] = Field(min_length=1)
-    # Full Matrix ids ("@alice:example.org"); nobody else's answer is taken.
+    # Full Matrix ids ("@alice:example.org"), or the tenant's people and groups by name ("alice",
+    # "group:oncall"); nobody else's answer is taken.
     allowed_users: list[str] = Field(default_factory=list)
 
     @field_validator("room_ids")
@@ -33,8 +37,9 @@ class MatrixTenantSettings(TenantRoute):
     @classmethod
     def _user_ids(cls, value: list[str]) -> list[str]:
         for user_id in value:
-            if not _USER_ID.fullmatch(user_id):
-                raise ValueError(f"{user_id!r} is not a Matrix user id like @alice:example.org")
+            if not _USER_ID.fullmatch(user_id) and not re.fullmatch(REFERENCE, user_id):
+                raise ValueError(f"{user_id!r} is not a Matrix user id like @alice:example.org, nor a person "
+                                 "(alice, group:oncall)")
         return list(dict.fromkeys(value))
 
     def places(self) -> list[str]:

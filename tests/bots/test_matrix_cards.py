@@ -67,7 +67,7 @@ def test_settings_load_and_normalise() -> None:
     ({"homeserver": "matrix.example.org"}, "matrix.homeserver"),
     ({"room_id": "!x:y"}, "matrix.room_id: unknown key"),
     ({"tenants": {"acme": {"room_ids": ["#alias:example.org"]}}}, "not a room id"),
-    ({"tenants": {"acme": {"room_ids": ["!r:x"], "allowed_users": ["alice"]}}}, "not a Matrix user id"),
+    ({"tenants": {"acme": {"room_ids": ["!r:x"], "allowed_users": ["@alice"]}}}, "not a Matrix user id"),
     ({"tenants": {"acme": {"room_ids": ["!r:x"]}, "globex": {"room_ids": ["!r:x"]}}},
      "configured for tenants acme and globex"),
 ])
@@ -245,3 +245,20 @@ def test_a_personal_link_message_holds_the_link_and_loses_it_at_the_end() -> Non
     closed = link_closed_content(view(status="cancelled", resolved_at=1_700_000_100.0), event_id="$dm")
     assert closed["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$dm"}
     assert "/f/" not in str(closed) and "Cancelled" in closed["m.new_content"]["body"]
+
+
+def test_allowed_users_may_name_the_tenants_people_and_groups() -> None:
+    config = base_config("sqlite:///unused.db", matrix=matrix_section(
+        tenants={"acme": {"room_ids": ["!a:x"], "allowed_users": ["group:oncall", "@carol:x"]}}))
+    config["tenants"][0]["people"] = [
+        {"id": "alice", "name": "Alice Example", "matrix": "@alice:x", "groups": ["oncall"]},
+        {"id": "bob", "name": "Bob", "groups": ["oncall"]}]  # no Matrix identity: not allowed here
+    app_settings = settings_from(config)
+    connector = MatrixConnector(settings=MatrixConnector.load_settings(app_settings), service=None, http=None,
+                                log=logging.getLogger("test"), app_settings=app_settings)
+    assert connector.may_answer("acme", "@alice:x") and connector.may_answer("acme", "@carol:x")
+    assert not connector.may_answer("acme", "bob") and not connector.may_answer("acme", "group:oncall")
+    # Cards and reminders mention Matrix ids, never a person's name.
+    assert connector._people("acme") == ["@alice:x", "@carol:x"]
+    with pytest.raises(ConfigError, match="matrix.tenants.acme: dave: not a person of this tenant"):
+        load(matrix_section(tenants={"acme": {"room_ids": ["!a:x"], "allowed_users": ["dave"]}}))
