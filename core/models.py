@@ -15,10 +15,18 @@ class RequestRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("tenant_id", "unique_id", name="uq_requests_tenant_unique_id"),
         Index("ix_requests_status_expires", "status", "expires_at"),
-        Index("ix_requests_tenant_run", "tenant_id", "run_id"),
+        # Each list of a tenant's requests (all, by status, by run) is one index range already in
+        # creation order (migration 0009): the first page costs the same at a million rows, and
+        # SQLite's planner, which has no statistics, is not tempted to scan in order and filter.
+        Index("ix_requests_tenant_created", "tenant_id", "created_at"),
+        Index("ix_requests_tenant_status_created", "tenant_id", "status", "created_at"),
+        Index("ix_requests_tenant_run_created", "tenant_id", "run_id", "created_at"),
         # The sweeper's look for sensitive answers still held: only those rows are in it (migration 0004).
         Index("ix_requests_sealed_held", "resolved_at", sqlite_where=text("response_sealed IS NOT NULL"),
               postgresql_where=text("response_sealed IS NOT NULL")),
+        # ... and of those handed out once, by when (migration 0009): each look is a range, not a scan.
+        Index("ix_requests_sealed_delivered", "response_delivered_at",
+              sqlite_where=text("response_sealed IS NOT NULL"), postgresql_where=text("response_sealed IS NOT NULL")),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -66,8 +74,9 @@ class JournalRow(SQLModel, table=True):
 
     __tablename__ = "journal"
     __table_args__ = (
-        Index("ix_journal_tenant_request", "tenant_id", "request_id"),
-        Index("ix_journal_tenant_run", "tenant_id", "run_id"),
+        # A request's or a run's entries in chain order, straight from the index (migration 0009).
+        Index("ix_journal_tenant_request_seq", "tenant_id", "request_id", "seq"),
+        Index("ix_journal_tenant_run_seq", "tenant_id", "run_id", "seq"),
     )
 
     tenant_id: str = Field(primary_key=True, max_length=64)

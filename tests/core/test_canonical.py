@@ -122,3 +122,40 @@ def test_answer_sha256_is_the_hex_digest_of_the_canonical_bytes():
     digest = answer_sha256([1, 2])
     assert len(digest) == 64 and int(digest, 16) >= 0
     assert answer_sha256("a") != answer_sha256("b")
+
+
+def test_the_fast_path_spells_every_value_as_rfc8785_does():
+    """canonical_json takes the C encoder for plain values: byte for byte what rfc8785 writes."""
+    import random
+
+    import rfc8785
+
+    rng = random.Random(19)
+    alphabet = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "€", "\U0001F600",
+                "\ufb33", "\u2028"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+
+    def value(depth: int) -> object:
+        kind = rng.randint(0, 8 if depth < 3 else 5)
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return rng.choice([0, -1, 7, 2**53 - 1, -(2**53 - 1), 10**15])
+        if kind == 2:
+            return rng.choice([True, False, None])
+        if kind == 3:
+            return rng.choice([1.0, 0.5, 1e21, -0.0, 333333333.33333329])
+        if kind in (4, 5):
+            return rng.choice(["123456", "approve", ""])
+        if kind in (6, 7):
+            return {text(): value(depth + 1) for _ in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+
+    for _ in range(3000):
+        v = value(0)
+        assert canonical_json(v) == rfc8785.dumps(v).decode("utf-8"), v
+    for bad in (2**53, {1: "x"}, float("nan"), "\ud800", {"k": ["\udfff"]}):
+        with pytest.raises(CanonicalizationError):
+            canonical_json(bad)
