@@ -75,8 +75,8 @@ def how_to_answer(request: RequestView) -> str:
     if wording.form_only(request):
         return "This question holds a secret field, so it is answered only in the form; replies here are removed."
     if request.kind == "approval":
-        return ('To answer, reply approve or reject (a reason may follow, e.g. "reject: too risky"), '
-                f"or react {THUMBS_UP} to approve or {THUMBS_DOWN} to reject.")
+        react = f"react {THUMBS_UP} to approve or {THUMBS_DOWN} to reject"
+        return f"To answer, {wording.how_to_reply(request)}, or {react}."
     if request.schema is None:
         return "To answer, reply to this message with your answer."
     if is_form(request):
@@ -200,24 +200,6 @@ def _table_html(rows: Iterable[dict[str, str]]) -> str:
 
 
 # -- outcomes, notices, reactions ---------------------------------------------------
-
-
-def describe_principal(principal: str | None) -> str:
-    kind, _, rest = (principal or "").partition(":")
-    if kind == "matrix":
-        return rest
-    if kind == "telegram":
-        return f"Telegram user {rest}"
-    if kind == "slack":
-        return f"Slack user {rest}"
-    if kind == "operator":
-        return f"operator {rest}"
-    return principal or "someone"
-
-
-def outcome_text(request: RequestView) -> str:
-    """The core's outcome (Approved / Rejected with the reason, the answer under field titles)."""
-    return wording.outcome(request).plain()
 
 
 def reminder_text(request: RequestView, *, now: float, tz: dt.tzinfo = dt.UTC) -> str:
