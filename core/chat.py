@@ -186,7 +186,7 @@ class ChatConnector(Connector):
             return _said("not_found")
         typed = value is _MISSING
         removed: bool | None = None
-        kept_out = typed and text is not None and (wording.form_only(view) or is_secret_shaped(text))
+        kept_out = typed and text is not None and must_not_stay(view, text)
         if kept_out:
             removed = await self.remove_message(message)
         if not typed or text is None:
@@ -304,6 +304,12 @@ class ChatConnector(Connector):
         key = f"{self.name}:{view.id}:{sender.principal}"[:200]
         mark = secrets.token_hex(8)
         return await self.service.set_state_if_absent(TOLD, key, mark, request_id=view.id) == mark
+
+
+def must_not_stay(view: RequestView, text: str) -> bool:
+    """A typed reply that must leave the chat whoever sent it, as far as the messenger lets the bot:
+    one to a request answered only in the form, or one shaped like a secret (DESIGN invariants 5, 9)."""
+    return wording.form_only(view) or is_secret_shaped(text)
 
 
 def read_reply(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]] | None]:

@@ -33,7 +33,7 @@ from handraise.bots.email.quotes import reply_text
 from handraise.bots.email.settings import EmailSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
-from handraise.core.chat import ChatConnector, Sender
+from handraise.core.chat import ChatConnector, Sender, must_not_stay
 from handraise.core.connectors import AnswerOutcome
 from handraise.core.errors import ConnectorError, NotFoundError
 
@@ -256,13 +256,9 @@ class EmailConnector(ChatConnector):
         if recipient is None or recipient != arrival.sender:
             # The token proves which address the thread went to; any other From is a stranger here,
             # or a forgery. Refused without a reply: the From may be anyone's.
-            await self._refuse(tenant_id, request_id, sender, "sender_mismatch")
+            await self._refuse(tenant_id, request_id, sender, "sender_mismatch", held=held)
             return
-        try:
-            text = reply_text(held.mail.message)
-        except Exception as e:  # the same: a body no parser reads is no answer
-            self.log.warning("email: unreadable reply skipped (%s)", type(e).__name__)
-            text = ""
+        text = self._text(held)
         if text.strip():
             outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
                                                   text=text, message=held)
@@ -275,14 +271,27 @@ class EmailConnector(ChatConnector):
         if outcome.code not in _SILENT:
             await self._reply(outcome, recipient, arrival)
 
-    async def _refuse(self, tenant_id: str, request_id: str, sender: Sender, reason: str) -> None:
+    def _text(self, held: _Held) -> str:
+        """The reply's own text; a body no parser reads is no answer."""
+        assert held.mail.message is not None
+        try:
+            return reply_text(held.mail.message)
+        except Exception as e:
+            self.log.warning("email: unreadable reply skipped (%s)", type(e).__name__)
+            return ""
+
+    async def _refuse(self, tenant_id: str, request_id: str, sender: Sender, reason: str, *, held: _Held) -> None:
+        """A mail from an address the thread did not go to: refused without a reply, and, like any
+        reply that must not stay (secret-shaped, or to a form-only request), out of the mailbox."""
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
             return
+        data: dict[str, Any] = {"reason": reason}
+        if must_not_stay(view, self._text(held)):
+            data["removed"] = await self.remove_message(held)
         await self.service.journal(tenant_id=tenant_id, event="answer_refused", request_id=request_id,
-                                   run_id=view.run_id, principal=sender.principal, channel=self.name,
-                                   data={"reason": reason})
+                                   run_id=view.run_id, principal=sender.principal, channel=self.name, data=data)
 
     async def _reply(self, outcome: AnswerOutcome, recipient: str, arrival: Arrival) -> None:
         """A short mail back in the thread: what was wrong, or why the reply was not taken."""

@@ -335,3 +335,16 @@ async def test_the_timeout_policy_shows_in_the_question(driver: ConnectorDriver,
     done = await api.wait(request["id"], timeout=10)
     assert done["status"] == "answered" and done["timed_out"] is True
     await driver.assert_withdrawn(posted, "Rejected automatically: no answer came in time")
+
+
+async def test_a_strangers_secret_shaped_reply_is_removed_too(driver: ConnectorDriver, api: Api) -> None:
+    request = await api.create(ask(driver, "c-stranger-secret"))
+    posted = await driver.posted(api, request)
+
+    # A secret left in a shared chat leaks whoever typed it: removed before the allowlist is asked.
+    action = await driver.reply(posted, f"use this: {SECRET}", stranger=True)
+    await driver.assert_refused(action)
+    if driver.removes_replies:
+        await driver.assert_removed(action)
+    assert await status_of(api, request["id"]) == "pending"
+    assert SECRET not in await everything_stored(api, request["id"])
