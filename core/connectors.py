@@ -158,13 +158,18 @@ class Connector(ABC):
 
     async def stop(self) -> None:
         tasks = list(self._tasks)
+        running = tasks
+        while running:
+            for task in running:
+                task.cancel()
+            # Cancelled again until done: a library (or Python 3.11's asyncio.wait_for) may swallow one
+            # cancellation, and a loop that carries on after it would hold stop() forever (a Matrix
+            # sync loop waited for the batch lock that stop() holds).
+            await asyncio.wait(running, timeout=1.0)
+            running = [t for t in running if not t.done()]
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+            if not task.cancelled():
+                task.exception()  # retrieved: a loop's last failure was logged where it happened
         self._tasks.clear()
 
     async def retry(self, step: Callable[[], Awaitable[T]], *, what: str) -> T:

@@ -123,6 +123,33 @@ async def test_run_forever_runs_the_step_again_after_a_pause(tmp_path: Path) -> 
         assert len(tries) == 3
 
 
+async def test_stop_ends_a_loop_that_swallowed_one_cancellation(tmp_path: Path) -> None:
+    # A loop that carries on after one cancellation (Python 3.11's wait_for returning a result that
+    # arrived with the cancel; a library catching it) must not hold stop() forever: a Matrix sync loop
+    # did, waiting for the batch lock stop() held, and the instance never stopped.
+    settings = settings_from(base_config(f"sqlite:///{tmp_path / 'c.db'}"))
+    async with running_app(settings, connector_classes=[PlainConnector]) as api:
+        connector = api.app[CONNECTORS]["plain"]
+        started, swallowed = asyncio.Event(), asyncio.Event()
+
+        async def stubborn() -> None:
+            try:
+                started.set()
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed.set()  # and carries on
+            await asyncio.sleep(3600)
+
+        task = connector.spawn(stubborn(), name="stubborn")
+        await started.wait()
+        stopping = asyncio.create_task(connector.stop())
+        # Waited for, not cancelled on time-out: a second cancellation would unstick the loop by itself.
+        await asyncio.wait([stopping], timeout=30)
+        stopped = stopping.done()
+        stopping.cancel()
+        assert stopped and swallowed.is_set() and task.cancelled()
+
+
 async def test_submit_answer_enforces_the_allowlist_and_maps_outcomes(tmp_path: Path) -> None:
     settings = settings_from(base_config(f"sqlite:///{tmp_path / 'c.db'}"))
     async with running_app(settings, connector_classes=[PlainConnector]) as api:

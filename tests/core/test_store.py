@@ -184,3 +184,63 @@ async def test_concurrent_read_modify_writes_of_one_value_lose_nothing(storage_u
     finally:
         await a.close()
         await b.close()
+
+
+class _AnsweringConnection:
+    """Stands for asyncpg's connection at the one moment that matters: its query's answer arrives in
+    the same turn of the loop as the caller's cancellation."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.asked = asyncio.Event()
+
+    def is_closed(self) -> bool:
+        return False
+
+    async def fetchval(self, query: str) -> int:
+        self.asked.set()
+        return await self.answer
+
+    async def close(self, timeout: float | None = None) -> None:
+        return None
+
+
+async def test_a_leadership_check_never_swallows_its_callers_cancellation() -> None:
+    # Python 3.11's asyncio.wait_for returns the result when it lands with the cancellation: the sync
+    # loop being stopped then led on (and deadlocked stop()). A check must raise CancelledError.
+    from handraise.core.store.leadership import Leadership
+
+    leadership = Leadership(dsn="postgresql://unused")
+    conn = _AnsweringConnection()
+    leadership._locks["loop"] = conn
+    check = asyncio.create_task(leadership.alive("loop"))
+    await conn.asked.wait()
+    conn.answer.set_result(1)
+    check.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await check
+
+
+async def test_a_standby_polling_for_leadership_keeps_one_connection(pg_url: str) -> None:
+    # A follower tries every few seconds (0.2 s in tests): a new connection per try costs the server a
+    # backend each time and, under load, connect failures that grew the follower's backoff.
+    import asyncpg
+
+    from handraise.core.store.leadership import Leadership
+
+    leader, follower = Leadership(dsn=pg_url), Leadership(dsn=pg_url)
+    admin = await asyncpg.connect(pg_url)
+    try:
+        assert await leader.take("loop")
+        sessions = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        before = await admin.fetchval(sessions)
+        assert not any(await asyncio.gather(*(follower.take("loop") for _ in range(10))))
+        for _ in range(10):
+            assert not await follower.take("loop")
+        assert await admin.fetchval(sessions) - before <= 1
+        await leader.release("loop")
+        assert await follower.take("loop") and await follower.alive("loop")
+    finally:
+        await leader.release_all()
+        await follower.release_all()
+        await admin.close()
