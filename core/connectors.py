@@ -47,6 +47,8 @@ T = TypeVar("T")
 RATINGS = range(1, 6)
 RATING_STATE = "ratings"
 RATING_TOKENS = "ratings.tokens"
+# How long Connector.stop waits for its cancelled tasks before cancelling them again.
+STOP_RECANCEL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,9 @@ class Connector(ABC):
                 task.cancel()
             # Cancelled again until done: a library (or Python 3.11's asyncio.wait_for) may swallow one
             # cancellation, and a loop that carries on after it would hold stop() forever (a Matrix
-            # sync loop waited for the batch lock that stop() holds).
-            await asyncio.wait(running, timeout=1.0)
+            # sync loop waited for the batch lock that stop() holds). Not sooner than a few seconds:
+            # a task's own cleanup (a finally that stops polling, releases a lock) gets to finish.
+            await asyncio.wait(running, timeout=STOP_RECANCEL_SECONDS)
             running = [t for t in running if not t.done()]
         for task in tasks:
             if not task.cancelled():
