@@ -745,7 +745,8 @@ def hint_text(view: RequestView, style: str, *, tz: dt.tzinfo = dt.UTC) -> str:
     if style in ("sensitive", "form_only"):
         return f"Open the form to answer. {until}" if style == "form_only" else until
     if style == "approval":
-        return f"Tap Approve or Reject, or {wording.how_to_reply(view)}. {until}"
+        proposed = wording.proposal_text(view)
+        return (f"{proposed}\n" if proposed else "") + f"Tap Approve or Reject, or {wording.how_to_reply(view)}. {until}"
     if style in ("boolean", "enum"):
         return f"Tap your answer. {until}"
     if style == "free_text":

@@ -108,6 +108,12 @@ class CreateRequestBody(BaseModel):
         default=None, description="An https URL that hears the result once the request is terminal, signed "
                                   "like [[webhooks]]; the tenant's [tenants.callbacks] allow_hosts may add others")
 
+    proposal: dict[str, Any] | None = Field(
+        default=None, description="An approval's proposal (e.g. the command to run), which the approver may "
+                                  "edit before approving; valid against proposal_schema")
+    proposal_schema: dict[str, Any] | None = Field(
+        default=None, description="An object form in the supported subset: what edits of proposal must satisfy")
+
     def on_timeout_policy(self) -> str | dict[str, Any]:
         """The policy as stored and shown: ``"expire"``, ``"reject"`` or ``{"default": value}``."""
         return self.on_timeout or "expire"
@@ -126,6 +132,8 @@ class CreateRequestBody(BaseModel):
             # Only when set: a retry of a request made before the field existed keeps its hash.
             **({"on_timeout": policy} if (policy := self.on_timeout_policy()) != "expire" else {}),
             **({"callback_url": self.callback_url} if self.callback_url is not None else {}),
+            **({"proposal": self.proposal} if self.proposal is not None else {}),
+            **({"proposal_schema": self.proposal_schema} if self.proposal_schema is not None else {}),
         }
 
 
@@ -236,6 +244,9 @@ class RequestView:
     on_timeout: str | dict[str, Any] = "expire"
     # Where the result is POSTed once terminal; never shown whole (it may hold a token): see callback_host.
     callback_url: str | None = None
+    # An approval's proposal as the agent made it, and the schema its edits are checked against.
+    proposal: dict[str, Any] | None = None
+    proposal_schema: dict[str, Any] | None = None
 
     @property
     def callback_host(self) -> str | None:
@@ -271,6 +282,8 @@ class RequestView:
             opened_at=row.get("opened_at"), interacted_at=row.get("interacted_at"),
             on_timeout=json.loads(row["on_timeout_json"]) if row.get("on_timeout_json") else "expire",
             callback_url=row.get("callback_url"),
+            proposal=json.loads(row["proposal_json"]) if row.get("proposal_json") else None,
+            proposal_schema=json.loads(row["proposal_schema_json"]) if row.get("proposal_schema_json") else None,
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -288,6 +301,8 @@ class RequestView:
             out["interacted_at"] = iso(self.interacted_at)
         if self.callback_url:
             out["callback_host"] = self.callback_host
+        if self.proposal is not None:
+            out["proposal"], out["proposal_schema"] = self.proposal, self.proposal_schema
         if self.terminal:
             out["timed_out"] = self.timed_out
         if self.status == "answered":
@@ -392,6 +407,10 @@ class RequestRecord(BaseModel):
     deliveries: list[DeliveryRecord] = Field(default_factory=list)
     on_timeout: Literal["expire", "reject"] | dict[str, Any] = Field(
         default="expire", description='What the deadline does: "expire", "reject" or {"default": value}')
+    proposal: dict[str, Any] | None = Field(
+        default=None, description="An approval's proposal as the agent made it; the answer's proposal is the one "
+                                  "approved, with edited saying whether the approver changed it")
+    proposal_schema: dict[str, Any] | None = None
     callback_host: str | None = Field(
         default=None, description="The host of the request's callback_url (its result is POSTed there; "
                                   "see the delivery of channel callback)")

@@ -67,6 +67,9 @@ class RequestRow(SQLModel, table=True):
     on_timeout_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     # Where the result is POSTed once terminal (core/callbacks.py; migration 0007).
     callback_url: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # An approval's proposal and the schema its edits are checked against, JSON (core/proposals.py; migration 0010).
+    proposal_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    proposal_schema_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class JournalRow(SQLModel, table=True):

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from handraise.core import callbacks, timeouts
+from handraise.core import callbacks, proposals, timeouts
 from handraise.core.api import (
     TIMEOUT_VIA,
     CreateRequestBody,
@@ -48,7 +48,7 @@ from handraise.core.errors import (
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, Event, EventBus
 from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
 from handraise.core.redaction import redact
-from handraise.core.schema import check_schema_off_loop, validate_answer_off_loop
+from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
 from handraise.core.store import Store
 
@@ -111,6 +111,9 @@ class RequestService:
                                  max_bytes=limits.max_schema_bytes)
         on_timeout = body.on_timeout_policy()
         await timeouts.check_policy(on_timeout, kind=body.kind, sensitive=body.sensitive, schema=effective)
+        proposal_schema = await proposals.check_at_create(
+            proposal=body.proposal, schema=body.proposal_schema, kind=body.kind, sensitive=body.sensitive,
+            max_fields=limits.max_schema_fields, max_bytes=limits.max_schema_bytes)
         available = self.channels_for(tenant_id)
         tenant = self.settings.tenant(tenant_id)
         if body.callback_url is not None:
@@ -144,6 +147,9 @@ class RequestService:
             "created_at": now, "expires_at": now + timeout,
             "on_timeout_json": None if on_timeout == timeouts.EXPIRE else canonical_json(on_timeout),
             "callback_url": body.callback_url,
+            # As given, like the schema: field order is the order people see them in.
+            "proposal_json": json.dumps(body.proposal, ensure_ascii=False) if proposal_schema else None,
+            "proposal_schema_json": json.dumps(proposal_schema, ensure_ascii=False) if proposal_schema else None,
         }
         journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
                    "principal": principal, "at": now, "data": {
@@ -151,7 +157,8 @@ class RequestService:
                        "schema": effective, "kind": body.kind, "sensitive": body.sensitive,
                        "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
                        **({"on_timeout": on_timeout} if on_timeout != timeouts.EXPIRE else {}),
-                       **({"callback_host": url_host(body.callback_url)} if body.callback_url else {})}}
+                       **({"callback_host": url_host(body.callback_url)} if body.callback_url else {}),
+                       **({"proposal": body.proposal, "proposal_schema": proposal_schema} if proposal_schema else {})}}
         async with self.store.transaction() as conn:
             entry = await self.store.create_request(conn, row, journal=journal, notify={
                 "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
@@ -315,11 +322,14 @@ class RequestService:
         row, deliveries = found
         view = await self._settle(self._view(row, deliveries=deliveries))
         _raise_if_terminal(view)
-        errors = await validate_answer_off_loop(view.schema, response)
+        errors = await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
+                                               response=response)
         if errors:
             await self.invalid_attempt(view, principal=principal, channel=via,
                                        errors=[{"field": e.field, "message": e.message} for e in errors])
             raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
+        # An approval of a proposal carries the proposal as approved and whether it was edited.
+        response = proposals.result(proposal=view.proposal, response=response)
         answer, data, canonical = self._answer_columns(view, response)
         now = self.clock()
         try:

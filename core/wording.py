@@ -181,12 +181,31 @@ def answer_lines(view: RequestView, *, limit: int = 300) -> list[tuple[str, str]
         return []
     if view.kind == "approval":
         reason = value.get("reason") if isinstance(value, dict) else None
-        return [("Reason", _clip(str(reason), limit))] if reason else []
+        return edited_lines(view, limit=limit) + ([("Reason", _clip(str(reason), limit))] if reason else [])
     specs = fields(view.schema)
     if view.schema is not None and view.schema.get("type") == "object" and isinstance(value, dict):
         return [(spec.title, "•••" if spec.masked else _clip(value_text(value[spec.name], spec), limit))
                 for spec in specs if spec.name in value]
     return [("Answer", _clip(value_text(value, specs[0]), limit))]
+
+
+def edited_lines(view: RequestView, *, limit: int = 300) -> list[tuple[str, str]]:
+    """The fields of an approved proposal the approver changed: ``("Replicas (edited)", "2")``."""
+    value = view.response
+    if not (isinstance(value, dict) and value.get("edited") and isinstance(value.get("proposal"), dict)):
+        return []
+    original, approved = view.proposal or {}, value["proposal"]
+    return [(f"{spec.title} (edited)", _clip(value_text(approved.get(spec.name), spec), limit))
+            for spec in fields(view.proposal_schema) if approved.get(spec.name) != original.get(spec.name)]
+
+
+def proposal_text(view: RequestView, *, limit: int = 300) -> str:
+    """An approval's proposal as chat shows it, read-only, with where to change it ("" without one)."""
+    if view.proposal is None or view.sensitive:
+        return ""
+    lines = [f"{spec.title}: {_clip(value_text(view.proposal[spec.name], spec), limit)}"
+             for spec in fields(view.proposal_schema) if spec.name in view.proposal]
+    return "\n".join(["Proposed:", *lines, "To change it before approving, open the form."])
 
 
 def value_text(value: Any, spec: FieldSpec | None = None) -> str:

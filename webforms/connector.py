@@ -11,12 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import gettext
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientSession, web
 from pydantic import BaseModel, ConfigDict, Field
 
-from handraise.core import wording
+from handraise.core import proposals, wording
 from handraise.core.api import LinkView, RequestView
 from handraise.core.chat import NAMES
 from handraise.core.config import Settings
@@ -24,7 +25,7 @@ from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError, RateLimitedError
 from handraise.core.i18n import DEFAULT_LOCALE, parse_accept_language
 from handraise.core.names import display_name
-from handraise.core.schema import FieldError, validate_answer_off_loop
+from handraise.core.schema import FieldError
 from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
 from handraise.webforms.looks import TenantLooks, Theme, build_theme
 from handraise.webforms.pages import STATIC_ROUTE, FormPage, Pages, Receipt, page_response
@@ -32,6 +33,7 @@ from handraise.webforms.render import (
     CSRF_FIELD,
     ENGLISH,
     ParsedForm,
+    answer_schema,
     field_views,
     form_specs,
     parse_form,
@@ -164,7 +166,7 @@ class WebFormsConnector(Connector):
             return self._outcome("forbidden", request, view=view)
 
         approval = view.kind == "approval"
-        specs = form_specs(view.schema, sensitive=view.sensitive)
+        specs = form_specs(answer_schema(view), sensitive=view.sensitive)
         parsed, errors = await self._check(view, specs, form, approval=approval)
         if errors:
             # The attempt is journaled (in English) and counted, as the service does for its own
@@ -201,8 +203,12 @@ class WebFormsConnector(Connector):
                      t: gettext.NullTranslations = ENGLISH) -> tuple[ParsedForm, list[FieldError]]:
         """The posted answer and its problems, worded in ``t``. The service checks again on submit,
         so nothing here decides what is valid: it only lets the person read why in their language."""
-        parsed = parse_form(specs, form, approval=approval, schema=view.schema, translations=t)
-        return parsed, parsed.errors or await validate_answer_off_loop(view.schema, parsed.value, t=t)
+        parsed = parse_form(specs, form, approval=approval, schema=answer_schema(view), translations=t)
+        # An approval's edited proposal arrives as proposal.<name> fields: nested as the service takes it.
+        parsed = replace(parsed, value=proposals.from_form(parsed.value, proposal=view.proposal,
+                                                              posted=parsed.posted))
+        return parsed, parsed.errors or await proposals.answer_errors(
+            schema=view.schema, proposal_schema=view.proposal_schema, response=parsed.value, t=t)
 
     # -- pages ---------------------------------------------------------------------
 
@@ -224,11 +230,12 @@ class WebFormsConnector(Connector):
                          status: int = 200, chosen: str | None = None) -> web.Response:
         approval = view.kind == "approval"
         locale = self._locale(request, view.tenant_id)
-        specs = form_specs(view.schema, sensitive=view.sensitive)
+        schema = answer_schema(view)
+        specs = form_specs(schema, sensitive=view.sensitive)
         by_field, general = split_errors(specs, errors or [])
         # A sensitive answer is never echoed back, not even the parts that are not masked.
         fields = field_views(specs, posted=posted, errors=by_field, keep_values=not view.sensitive,
-                             approval=approval, translations=self.pages.translations(locale), schema=view.schema)
+                             approval=approval, translations=self.pages.translations(locale), schema=schema)
         page = FormPage(
             question=view.message_for_user,
             fields=fields,

@@ -15,10 +15,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from handraise.core import proposals
 from handraise.core.schema import FieldError, FieldSpec, coerce_field, fields
 from handraise.core.schema.messages import PRIORITY, number_text, problem
+
+if TYPE_CHECKING:
+    from handraise.core.api import RequestView
 
 # English, the source language: what a caller that passes no translations gets.
 ENGLISH = gettext.NullTranslations()
@@ -67,6 +71,14 @@ class FormData(Protocol):
     def getall(self, key: str, default: Any = ...) -> list[Any]: ...
 
     def get(self, key: str, default: Any = ...) -> Any: ...
+
+
+def answer_schema(view: RequestView) -> dict | None:
+    """The schema a form draws for ``view``: an approval with a proposal adds the proposal's fields,
+    filled in, as ``proposal.<name>`` (``proposals.from_form`` reads them back)."""
+    if view.proposal is not None and view.proposal_schema is not None:
+        return proposals.form_schema(proposal=view.proposal, proposal_schema=view.proposal_schema)
+    return view.schema
 
 
 def form_specs(schema: dict | None, *, sensitive: bool) -> list[FieldSpec]:
@@ -199,7 +211,8 @@ def split_errors(specs: Sequence[FieldSpec], errors: Sequence[FieldError]) -> tu
     root = _is_root(specs)
     names = {spec.name for spec in specs}
     for error in errors:
-        head = error.field.split(".", 1)[0]
+        # A field named with a dot (an approval's "proposal.<name>") is matched whole first.
+        head = error.field if error.field in names else error.field.split(".", 1)[0]
         name = ROOT_NAME if root else head if head in names and head else None
         if name is None:
             general.append(f"{error.field}: {error.message}" if error.field else error.message)

@@ -17,6 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.schema.fields import describe_field, fields
 
@@ -65,7 +66,9 @@ class Composer:
         approval = view.kind == "approval" and not view.sensitive
         context = {
             "subject": thread.subject, "asker": asker, "sensitive": view.sensitive,
-            "question": view.message_for_user, "fields": [] if view.sensitive else field_lines(view),
+            # An approval's proposal follows the question, read-only (the form's link changes it).
+            "question": "\n\n".join(p for p in (view.message_for_user, wording.proposal_text(view)) if p),
+            "fields": [] if view.sensitive else field_lines(view),
             "deadline": deadline, "link_url": link_url,
             "approve_url": f"{link_url}?decision=approve" if approval else None,
             "reject_url": f"{link_url}?decision=reject" if approval else None,

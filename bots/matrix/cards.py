@@ -135,6 +135,10 @@ def _card_parts(request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> tuple[str, s
         return text, formatted
     lines = ["❓ Question", request.message_for_user, ""]
     parts = ["<p><b>❓ Question</b></p>", f"<p>{_html_lines(request.message_for_user)}</p>"]
+    proposed = wording.proposal_text(request)
+    if proposed:
+        lines += [proposed, ""]
+        parts.append(f"<p>{_html_lines(proposed)}</p>")
     if is_form(request):
         rows = field_rows(request.schema)
         lines.append(f"Fields ({REQUIRED_MARK} = required):")

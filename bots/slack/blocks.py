@@ -170,7 +170,9 @@ def _question_section(view: RequestView) -> dict[str, Any]:
                 "replies in Slack are not accepted.")
     else:
         heading = "*Approval requested*\n" if view.kind == "approval" else ""
-        text = heading + _mrkdwn_clip(view.message_for_user, _SECTION_TEXT - len(heading))
+        proposed = wording.proposal_text(view)
+        tail = f"\n\n{_escape(proposed)}" if proposed else ""
+        text = heading + _mrkdwn_clip(view.message_for_user, _SECTION_TEXT - len(heading) - len(tail)) + tail
     return {"type": "section", "text": _mrkdwn(text)}
 
 

@@ -207,6 +207,8 @@ def result(call: Call, record: RequestRecord) -> types.CallToolResult:
         answer = record.response if isinstance(record.response, dict) else {}
         out |= {"approved": answer.get("decision") == "approve", "decision": answer.get("decision"),
                 "reason": answer.get("reason")}
+        if "proposal" in answer:  # approve with edits: the proposal as approved, and whether it was changed
+            out |= {"proposal": answer["proposal"], "edited": answer.get("edited", False)}
         text = ("Approved" if out["approved"] else "Rejected") + (f": {out['reason']}" if out["reason"] else "")
     else:
         out["answer"] = record.response

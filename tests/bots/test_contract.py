@@ -348,3 +348,18 @@ async def test_a_strangers_secret_shaped_reply_is_removed_too(driver: ConnectorD
         await driver.assert_removed(action)
     assert await status_of(api, request["id"]) == "pending"
     assert SECRET not in await everything_stored(api, request["id"])
+
+
+async def test_a_proposal_shows_read_only_and_a_tap_approves_it_as_it_stands(driver: ConnectorDriver,
+                                                                             api: Api) -> None:
+    """Approve with edits: chat shows the proposal and where to change it; a button approves it unedited."""
+    schema = {"type": "object", "properties": {"replicas": {"type": "integer", "minimum": 1, "title": "Replicas"}},
+              "required": ["replicas"]}
+    request = await api.create(ask(driver, "c-proposal", kind="approval", proposal={"replicas": 4},
+                                   proposal_schema=schema))
+    posted = await driver.posted(api, request)
+    shown = await driver.question_text(posted)
+    assert "Replicas: 4" in shown and "open the form" in shown, shown
+    await driver.press(posted, "approve")
+    done = await api.wait(request["id"], timeout=10)
+    assert done["response"] == {"decision": "approve", "proposal": {"replicas": 4}, "edited": False}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from handraise.core import wording
+from handraise.core import proposals, wording
 from handraise.core.api import RequestView, iso
 from handraise.core.appkeys import ANNOTATIONS, INBOX
 from handraise.core.errors import (
@@ -50,7 +50,7 @@ from handraise.webforms.inbox.session import (
 )
 from handraise.webforms.looks import Asset, Theme
 from handraise.webforms.pages import FormPage
-from handraise.webforms.render import CSRF_FIELD, field_views, form_specs, parse_form, split_errors
+from handraise.webforms.render import CSRF_FIELD, answer_schema, field_views, form_specs, parse_form, split_errors
 
 if TYPE_CHECKING:
     from handraise.webforms.connector import WebFormsConnector
@@ -295,14 +295,16 @@ class Inbox:
         if "answer" not in session.scopes:
             raise ForbiddenError("this session may not answer")
         approval = view.kind == "approval"
-        specs = form_specs(view.schema, sensitive=view.sensitive)
+        specs = form_specs(answer_schema(view), sensitive=view.sensitive)
         if view.status != "pending":
             return await self._request_page(request, session, view, status=409, conflict=True)
         parsed = parse_form(specs, form, approval=approval)
         errors = parsed.errors
         if not errors:
             try:
-                await self.service.submit(tenant_id=session.tenant_id, request_id=view.id, response=parsed.value,
+                # An approval's edited proposal arrives as proposal.<name> fields; the service checks it.
+                response = proposals.from_form(parsed.value, proposal=view.proposal, posted=parsed.posted)
+                await self.service.submit(tenant_id=session.tenant_id, request_id=view.id, response=response,
                                           principal=session.principal, via="inbox")
             except InvalidAnswerError as e:
                 errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in e.fields]
@@ -324,11 +326,12 @@ class Inbox:
         form = None
         if view.status == "pending" and "answer" in session.scopes:
             locale = self.forms._locale(request, view.tenant_id)
-            specs = form_specs(view.schema, sensitive=view.sensitive)
+            schema = answer_schema(view)
+            specs = form_specs(schema, sensitive=view.sensitive)
             by_field, general = split_errors(specs, errors or [])
             fields = field_views(specs, posted=posted, errors=by_field, keep_values=not view.sensitive,
                                  approval=view.kind == "approval",
-                                 translations=self.forms.pages.translations(locale), schema=view.schema)
+                                 translations=self.forms.pages.translations(locale), schema=schema)
             form = FormPage(question=view.message_for_user, fields=fields,
                             csrf=csrf_for(await self.service.server_secret(), session.id),
                             seconds_left=view.expires_at - self.service.clock(), expires_at=view.expires_at,
