@@ -27,6 +27,7 @@ from handraise.core.errors import (
     CapabilityNotProvidedError,
     ConflictError,
     ForbiddenError,
+    NotFoundError,
     ValidationFailedError,
 )
 from handraise.core.events import RUN_ANNOTATED, Event, EventBus
@@ -168,18 +169,19 @@ def annotation_json(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"a:{seq}".encode()).decode().rstrip("=")
+def encode_cursor(seq: int, *, kind: str = "a") -> str:
+    """An opaque list cursor: ``kind`` names the list (``a`` annotations, ``r`` runs) so one is not taken for the other."""
+    return base64.urlsafe_b64encode(f"{kind}:{seq}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> int:
+def decode_cursor(cursor: str, *, kind: str = "a") -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, number = raw.partition(":")
         seq = int(number)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise BadRequestError("cursor is not one this server gave out") from None
-    if prefix != "a" or seq < 0:
+    if prefix != kind or seq < 0:
         raise BadRequestError("cursor is not one this server gave out")
     return seq
 
@@ -256,7 +258,7 @@ class AnnotationService:
         """
         self.require_enabled()
         parsed = body if isinstance(body, AnnotationBody) else self.parse(dict(body))
-        _check_run_id(run_id)
+        check_run_id(run_id)
         target = parsed.target or AnnotationTarget()
         if target.runId is not None and target.runId != run_id:
             raise ValidationFailedError("target.runId must match the run in the path",
@@ -282,6 +284,9 @@ class AnnotationService:
                     conn, tenant_id=tenant_id, event="annotation_recorded", run_id=run_id, principal=principal,
                     channel=via, data=_journal_data(row))
                 row["created_at"] = self.clock()
+                # An annotation on a run nobody registered makes the run (tenant-scoped, unregistered).
+                await self.store.runs.ensure(conn, tenant_id=tenant_id, run_id=run_id, principal=principal,
+                                             now=row["created_at"])
                 row["seq"] = await self.store.insert_annotation(conn, row)
                 await self.store.notify(conn, {"type": RUN_ANNOTATED, "tenant_id": tenant_id,
                                                "id": row["annotation_id"], "run_id": run_id,
@@ -317,11 +322,14 @@ class AnnotationService:
                    limit: int = DEFAULT_PAGE) -> AnnotationPage:
         """This tenant's annotations of a run, oldest first, ``limit`` (1..500) at a time."""
         self.require_enabled()
-        _check_run_id(run_id)
+        check_run_id(run_id)
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequestError(f"limit must be between 1 and {MAX_PAGE}")
         after = decode_cursor(cursor) if cursor else 0
         rows = await self.store.list_annotations(tenant_id, run_id, after_seq=after, limit=limit + 1)
+        if not rows and await self.store.runs.get(tenant_id, run_id) is None:
+            # Another tenant's run reads like no run at all: 404, not an empty list.
+            raise NotFoundError(f"no run {run_id!r}")
         more = len(rows) > limit
         rows = rows[:limit]
         return AnnotationPage([annotation_json(r) for r in rows],
@@ -351,7 +359,7 @@ class AnnotationService:
         """
         self.require_enabled()
         if run_id is not None:
-            _check_run_id(run_id)
+            check_run_id(run_id)
         if since is not None and until is not None and since >= until:
             raise BadRequestError("since must be before until")
         rows = await self.store.query_annotations(tenant_id, run_id=run_id, since=since, until=until,
@@ -386,7 +394,7 @@ class AnnotationService:
         Annotations are included only while feedback is enabled (the side-store is then provided).
         Journal ``data`` is redacted here, so its entries' hashes verify only against the store itself.
         """
-        _check_run_id(run_id)
+        check_run_id(run_id)
         rows = await self.store.list_requests(tenant_id, run_id=run_id, limit=10_000)
         deliveries = await self.store.deliveries_for_many(tenant_id, [r["id"] for r in rows])
         requests = [_redacted_request(RequestView.from_row(r, deliveries=deliveries[r["id"]]).event_json())
@@ -422,7 +430,8 @@ def _signal_details(signal: AnnotationSignal) -> list[dict[str, str]]:
     return out
 
 
-def _check_run_id(run_id: str) -> None:
+def check_run_id(run_id: str) -> None:
+    """A run id from a path: 1 to 200 characters, else 422."""
     if not run_id or len(run_id) > MAX_ID_CHARS:
         raise ValidationFailedError(f"runId must be 1 to {MAX_ID_CHARS} characters",
                                     fields=[{"field": "runId", "message": f"1 to {MAX_ID_CHARS} characters"}])

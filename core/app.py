@@ -24,6 +24,7 @@ from handraise.core.appkeys import (
     INSTANCE_ID,
     KEYRING,
     METRICS,
+    RUNS,
     SERVICE,
     SETTINGS,
     STORE,
@@ -40,12 +41,14 @@ from handraise.core.http import inbox as inbox_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
+from handraise.core.http import runs as run_routes
 from handraise.core.http.auth import Keyring
 from handraise.core.http.middleware import error_middleware
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
 from handraise.core.serversecret import ServerSecret, load_server_secret
+from handraise.core.runs import RunService
 from handraise.core.service import RequestService
 from handraise.core.store import NOTIFY_CHANNEL, Store
 
@@ -74,6 +77,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[BUS] = bus
     app[SERVICE] = service
     app[ANNOTATIONS] = AnnotationService(settings=settings, store=store, bus=bus)
+    app[RUNS] = RunService(settings=settings, store=store, annotations=app[ANNOTATIONS])
     app[INSTANCE_ID] = instance_id
     app[KEYRING] = Keyring(settings=settings, store=store)
     app[INBOX] = InboxAccess(settings=settings, store=store)
@@ -81,7 +85,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app[METRICS] = metrics = Metrics(service=service)
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
-                  events_routes.routes, annotation_routes.routes, inbox_routes.routes, hitl.routes):
+                  events_routes.routes, annotation_routes.routes, run_routes.routes, inbox_routes.routes,
+                  hitl.routes):
         app.router.add_routes(table)
 
     connectors: dict[str, Connector] = {}

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from handraise.core.http.auth import Keyring
     from handraise.core.inbox import InboxAccess
     from handraise.core.metrics import Metrics
+    from handraise.core.runs import RunService
     from handraise.core.service import RequestService
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -25,6 +26,7 @@ STORE = web.AppKey("store", Store)
 BUS = web.AppKey("bus", EventBus)
 SERVICE: web.AppKey[RequestService] = web.AppKey("service")
 ANNOTATIONS: web.AppKey[AnnotationService] = web.AppKey("annotations")
+RUNS: web.AppKey[RunService] = web.AppKey("runs")
 KEYRING: web.AppKey[Keyring] = web.AppKey("keyring")
 CONNECTORS: web.AppKey[dict[str, Connector]] = web.AppKey("connectors")
 DISPATCHER: web.AppKey[Dispatcher] = web.AppKey("dispatcher")

@@ -114,6 +114,12 @@ class FeedbackSettings(_Section):
     enabled: bool = True
 
 
+class OpenWopSettings(_Section):
+    # OpenWOP's conformance fixtures (only conformance-noop): off in production, on to run the published
+    # feedback-*.test.ts scenarios against this host (README).
+    conformance_fixtures: bool = False
+
+
 class LimitsSettings(_Section):
     default_timeout_seconds: int = Field(default=300, ge=1)
     max_timeout_seconds: int = Field(default=86400, ge=1)
@@ -338,6 +344,7 @@ class Settings(_Section):
     server: ServerSettings = Field(default_factory=ServerSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
+    openwop: OpenWopSettings = Field(default_factory=OpenWopSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

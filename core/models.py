@@ -184,6 +184,33 @@ class AnnotationRow(SQLModel, table=True):
     created_at: float = Field(sa_column=Column(Float, nullable=False))
 
 
+class RunRow(SQLModel, table=True):
+    """An agent run that requests and annotations attach to: registered (``POST /v1/runs``) or made by first use."""
+
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("tenant_id", "run_id", name="uq_runs_tenant_run"),)
+
+    # Insertion order: the list's cursor, newest first.
+    seq: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=64)
+    run_id: str = Field(max_length=200)
+    # running | completed | failed | cancelled; a terminal status never changes.
+    status: str = Field(max_length=16)
+    # False while the run exists only because a request or annotation named it.
+    registered: bool = False
+    name: str | None = Field(default=None, max_length=200)
+    workflow_id: str | None = Field(default=None, max_length=200)
+    # The registration's inputs (canonical JSON, free text redacted) and the body's sha256 (idempotent retries).
+    inputs_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    body_sha256: str | None = Field(default=None, max_length=64)
+    created_by: str = Field(max_length=300)
+    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    updated_at: float = Field(sa_column=Column(Float, nullable=False))
+    completed_by: str | None = Field(default=None, max_length=300)
+    completed_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
 class ChatActionRow(SQLModel, table=True):
     """Server-side map behind a chat button: a short random token names a request and a value."""
 

@@ -16,8 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handraise.core.annotations import DEFAULT_PAGE, MAX_PAGE, AnnotationService, parse_time
 from handraise.core.api import Id
-from handraise.core.appkeys import ANNOTATIONS, KEYRING, SETTINGS
-from handraise.core.http.auth import Principal
+from handraise.core.appkeys import ANNOTATIONS, KEYRING, RUNS, SETTINGS
 from handraise.core.http.input import parse_query, read_json
 
 log = logging.getLogger(__name__)
@@ -50,11 +49,6 @@ class SummaryQuery(BaseModel):
 OPENWOP_PROTOCOL_VERSION = "1.0"
 
 
-async def _principal(request: web.Request, *scopes: str) -> Principal:
-    principal = await request.app[KEYRING].authenticate(request)
-    principal.require(*scopes)
-    return principal
-
 
 def _service(request: web.Request) -> AnnotationService:
     return request.app[ANNOTATIONS]
@@ -75,6 +69,8 @@ async def capabilities(request: web.Request) -> web.Response:
 async def openwop_discovery(request: web.Request) -> web.Response:
     """OpenWOP discovery: capability families at the document root (RFC 0073), plus ``host.feedback`` (RFC 0056 §A)."""
     feedback = _service(request).capability()
+    # RFC 0003: the conformance fixtures this host runs ([openwop] conformance_fixtures; none by default).
+    fixtures = request.app[RUNS].fixtures()
     return web.json_response({
         "protocolVersion": OPENWOP_PROTOCOL_VERSION,
         # Handraise runs no workflows: it speaks no envelopes and sets no envelope limits.
@@ -84,13 +80,14 @@ async def openwop_discovery(request: web.Request) -> web.Response:
                    "maxRequestBodyBytes": request.app[SETTINGS].server.max_body_bytes},
         "feedback": feedback,
         "host": {"feedback": feedback},
+        **({"fixtures": fixtures} if fixtures else {}),
     })
 
 
 @routes.post("/v1/runs/{runId}/annotations")
 async def record_annotation(request: web.Request) -> web.Response:
     service = _gated(request)
-    principal = await _principal(request, "annotate")
+    principal = await request.app[KEYRING].authorize(request, "annotate")
     body = service.parse(await read_json(request))
     annotation = await service.record(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
                                       principal=principal.name, body=body, via="api")
@@ -100,7 +97,7 @@ async def record_annotation(request: web.Request) -> web.Response:
 @routes.get("/v1/runs/{runId}/annotations")
 async def list_annotations(request: web.Request) -> web.Response:
     service = _gated(request)
-    principal = await _principal(request, "read", "annotate")
+    principal = await request.app[KEYRING].authorize(request, "read", "annotate")
     query = parse_query(request, ListAnnotationsQuery)
     page = await service.list(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
                               cursor=query.cursor, limit=query.limit)
@@ -110,7 +107,7 @@ async def list_annotations(request: web.Request) -> web.Response:
 @routes.get("/v1/feedback/summary")
 async def feedback_summary(request: web.Request) -> web.Response:
     service = _gated(request)
-    principal = await _principal(request, "read", "annotate")
+    principal = await request.app[KEYRING].authorize(request, "read", "annotate")
     query = parse_query(request, SummaryQuery)
     since = parse_time(query.since, name="since") if query.since is not None else None
     until = parse_time(query.until, name="until") if query.until is not None else None
@@ -121,6 +118,6 @@ async def feedback_summary(request: web.Request) -> web.Response:
 @routes.get("/v1/runs/{runId}/bundle")
 async def run_bundle(request: web.Request) -> web.Response:
     # Not gated: a run's requests and journal export whether or not feedback is on.
-    principal = await _principal(request, "read")
+    principal = await request.app[KEYRING].authorize(request, "read")
     bundle = await _service(request).bundle(tenant_id=principal.tenant_id, run_id=request.match_info["runId"])
     return web.json_response(bundle, headers={"Cache-Control": "no-store"})

@@ -92,3 +92,9 @@ class Keyring:
             raise UnauthorizedError("unknown key")
         request[PRINCIPAL_ATTR] = principal  # for the access log line: tenant and key id, never the key
         return principal
+
+    async def authorize(self, request: web.Request, *scopes: str) -> Principal:
+        """The request's principal, holding one of ``scopes`` (401 without a known key, 403 without the scope)."""
+        principal = await self.authenticate(request)
+        principal.require(*scopes)
+        return principal

@@ -31,6 +31,8 @@ from handraise.core.api import (
 from handraise.core.hitl import CreateReviewBody, ReviewAccepted, ReviewStatus
 from handraise.core.http.annotations import ListAnnotationsQuery, SummaryQuery
 from handraise.core.http.requests import ListRequestsQuery, WaitQuery
+from handraise.core.http.runs import ListRunsQuery
+from handraise.core.runs import CompleteRunBody, RegisterRunBody, RunRecord
 from handraise.core.text import LABEL_PATTERN
 
 routes = web.RouteTableDef()
@@ -189,8 +191,26 @@ PATHS: dict[str, dict[str, Any]] = {
                    ok={"200": _json({"type": "object", "required": ["annotations", "next_cursor"], "properties": {
                        "annotations": {"type": "array", "items": _ANNOTATION},
                        "next_cursor": {"type": ["string", "null"]}}}, "A page of annotations")},
-                   errors=(400, 401, 403, 422, 501)),
+                   errors=(400, 401, 403, 404, 422, 501)),
     },
+    "/v1/runs": {
+        "post": _op("Register a run (idempotent on run_id; conformance-noop completes at once when the "
+                    "fixtures are on)", scopes=["ask"], body=RegisterRunBody,
+                    ok={"201": _json(RunRecord, "Registered"), "200": _json(RunRecord, "Same run_id, same body")},
+                    errors=(401, 403, 409, 413, 422)),
+        "get": _op("This tenant's runs, newest first", scopes=["read", "ask"], query=ListRunsQuery,
+                   ok={"200": _json({"type": "object", "required": ["runs", "next_cursor"], "properties": {
+                       "runs": {"type": "array", "items": _ref(RunRecord, "serialization")},
+                       "next_cursor": {"type": ["string", "null"]}}}, "A page of runs")},
+                   errors=(401, 403)),
+    },
+    "/v1/runs/{runId}": {"get": _op(
+        "A run: status, times, its requests by status and its annotations summarised", scopes=["read", "ask"],
+        params=[_RUN], ok={"200": _json(RunRecord, "The run")}, errors=(401, 403, 404, 422))},
+    "/v1/runs/{runId}/complete": {"post": _op(
+        "Finish a run: completed, failed or cancelled; a finished run stays as it ended (409 for another status)",
+        scopes=["ask"], params=[_RUN], body=CompleteRunBody, ok={"200": _json(RunRecord, "The finished run")},
+        errors=(401, 403, 404, 409, 413, 422))},
     "/v1/feedback/summary": {"get": _op(
         "Feedback summary over a run or a time window (current annotations; rates per annotated run)",
         scopes=["read", "annotate"],

@@ -42,11 +42,6 @@ class WaitQuery(BaseModel):
     timeout: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
-async def _principal(request: web.Request, *scopes: str) -> Principal:
-    principal = await request.app[KEYRING].authenticate(request)
-    principal.require(*scopes)
-    return principal
-
 
 def _may_see_response(principal: Principal, view: RequestView) -> bool:
     # The asking side sees every answer; others only non-sensitive ones.
@@ -81,7 +76,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
 
 @routes.post("/v1/requests")
 async def create_request(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     service = request.app[SERVICE]
     body = service.parse_create(await read_json(request))
     view, created = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
@@ -90,7 +85,7 @@ async def create_request(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/v1/requests")
 async def list_requests(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "read", "ask")
+    principal = await request.app[KEYRING].authorize(request, "read", "ask")
     query = parse_query(request, ListRequestsQuery)
     views = await request.app[SERVICE].list(tenant_id=principal.tenant_id, status=query.status,
                                             run_id=query.run_id, limit=query.limit)
@@ -100,14 +95,14 @@ async def list_requests(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/v1/requests/{id}")
 async def get_request(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask", "read")
+    principal = await request.app[KEYRING].authorize(request, "ask", "read")
     view = await request.app[SERVICE].get(tenant_id=principal.tenant_id, request_id=request.match_info["id"])
     return await send_view(request, principal, view)
 
 
 @routes.get("/v1/requests/{id}/wait")
 async def wait_request(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     cap = float(request.app[SETTINGS].limits.max_wait_seconds)
     timeout = parse_query(request, WaitQuery).timeout
     view = await request.app[SERVICE].wait(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
@@ -117,7 +112,7 @@ async def wait_request(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/v1/requests/{id}/cancel")
 async def cancel_request(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     view = await request.app[SERVICE].cancel(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                              principal=principal.name)
     return await send_view(request, principal, view)
@@ -126,7 +121,7 @@ async def cancel_request(request: web.Request) -> web.StreamResponse:
 @routes.post("/v1/requests/{id}/ack")
 async def acknowledge_request(request: web.Request) -> web.StreamResponse:
     """The agent has a sensitive answer: shred it now instead of at the end of its grace."""
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     view = await request.app[SERVICE].acknowledge(tenant_id=principal.tenant_id,
                                                   request_id=request.match_info["id"])
     return await send_view(request, principal, view)
@@ -135,7 +130,7 @@ async def acknowledge_request(request: web.Request) -> web.StreamResponse:
 @routes.post("/v1/human-feedback")
 async def human_feedback(request: web.Request) -> web.StreamResponse:
     """The blocking tool in one call: create (idempotently), then wait until terminal."""
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     service = request.app[SERVICE]
     body = service.parse_create(await read_json(request))
     # Only the create counts against the bound on writes in flight, not the wait after it.
@@ -149,7 +144,7 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/api/human-feedback/submit")
 async def submit_answer(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "answer")
+    principal = await request.app[KEYRING].authorize(request, "answer")
     body = parse_body(SubmitBody, await read_json(request), what="submission")
     view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
                                              response=body.response, principal=principal.name, via="api")
@@ -159,7 +154,7 @@ async def submit_answer(request: web.Request) -> web.StreamResponse:
 @routes.post("/v1/requests/{id}/links")
 async def mint_link(request: web.Request) -> web.StreamResponse:
     # answer: any request of the tenant. forward (never implied by ask): only the key's own requests.
-    principal = await _principal(request, "answer", "forward")
+    principal = await request.app[KEYRING].authorize(request, "answer", "forward")
     body = parse_body(LinkBody, await read_json(request) if request.can_read_body else {}, what="link request")
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient,

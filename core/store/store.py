@@ -44,6 +44,7 @@ from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.reviews import ReviewRecords
+from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import GET_STATE, put_state, replace_state, set_state_if_absent
@@ -291,6 +292,8 @@ class Store:
         self.inbox = InboxRecords(read=self._read, write=self._write)
         # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).
         self.reviews = ReviewRecords(read=self._read, dialect=self.dialect)
+        # Runs, registered or made by first use (core/store/runs.py).
+        self.runs = RunRecords(read=self._read, dialect=self.dialect)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -497,6 +500,9 @@ class Store:
                      notify: tuple[str, Mapping[str, Any]] | None) -> JournalEntry | None:
         if c.execute(self._inserts.request, row).rowcount != 1:
             return None
+        if row.get("run_id") is not None:
+            # A run named by use is made with its first request (tenant-scoped, unregistered).
+            self.runs.ensure_in(c, row["tenant_id"], row["run_id"], row["created_by"], row["created_at"])
         return self.journal.append_in(c, entry, notify)
 
     async def resolve(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str, now: float,
