@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from handraise.core.api import parse_body
-from handraise.core.appkeys import BUS, SERVICE, SETTINGS
+from handraise.core.appkeys import BUS, KEYRING, SERVICE, SETTINGS
 from handraise.core.errors import BadRequestError, HandraiseError
 from handraise.core.events import REQUEST_PROGRESS, REQUEST_RESOLVED
 from handraise.core.hitl import (
@@ -32,7 +32,7 @@ from handraise.core.hitl import (
 )
 from handraise.core.http.events import KEEPALIVE_SECONDS
 from handraise.core.http.input import read_json
-from handraise.core.http.requests import NO_STORE, _principal, send_view
+from handraise.core.http.requests import NO_STORE, send_view
 
 routes = web.RouteTableDef()
 
@@ -58,7 +58,7 @@ async def well_known(request: web.Request) -> web.Response:
 @routes.post("/v1/hitl/reviews")
 @_protocol_errors
 async def create_review(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask")
+    principal = await request.app[KEYRING].authorize(request, "ask")
     body = parse_body(CreateReviewBody, await read_json(request), what="review")
     cases = ReviewCases(service=request.app[SERVICE])
     view, review_url = await cases.create(tenant_id=principal.tenant_id, principal=principal.name,
@@ -70,7 +70,7 @@ async def create_review(request: web.Request) -> web.StreamResponse:
 @routes.get("/v1/hitl/reviews/{case_id}/status")
 @_protocol_errors
 async def poll_review(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask", "read")
+    principal = await request.app[KEYRING].authorize(request, "ask", "read")
     view, case = await ReviewCases(service=request.app[SERVICE]).get(tenant_id=principal.tenant_id,
                                                                      case_id=request.match_info["case_id"])
     # An open case suggests when to come back; unchanged since the client's ETag, it is a 304.
@@ -92,7 +92,7 @@ def _last_rank(request: web.Request) -> int:
 @routes.get("/v1/hitl/reviews/{case_id}/events")
 @_protocol_errors
 async def review_events(request: web.Request) -> web.StreamResponse:
-    principal = await _principal(request, "ask", "read")
+    principal = await request.app[KEYRING].authorize(request, "ask", "read")
     tenant_id, case_id = principal.tenant_id, request.match_info["case_id"]
     service = request.app[SERVICE]
     cases = ReviewCases(service=service)
