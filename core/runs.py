@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handraise.core.annotations import AnnotationService, check_run_id, decode_cursor, encode_cursor
 from handraise.core.api import Id, iso, optional_not_null, parse_body
-from handraise.core.canonical import canonical_json
+from handraise.core.canonical import CanonicalizationError, canonical_json
 from handraise.core.config import Settings
 from handraise.core.errors import BadRequestError, ConflictError, NotFoundError, ValidationFailedError
 from handraise.core.redaction import redact, redact_value
@@ -146,7 +146,13 @@ class RunService:
 
     def parse_register(self, raw: Any) -> RegisterRunBody:
         body = parse_body(RegisterRunBody, raw, what="run")
-        if body.inputs is not None and len(canonical_json(body.inputs).encode()) > MAX_INPUTS_BYTES:
+        try:
+            size = len(canonical_json(body.inputs).encode()) if body.inputs is not None else 0
+        except CanonicalizationError:
+            raise ValidationFailedError("inputs has no canonical JSON form (an integer beyond 2**53-1?)",
+                                        fields=[{"field": "inputs", "message": "integers up to 2**53-1, "
+                                                 "text without lone surrogates"}]) from None
+        if size > MAX_INPUTS_BYTES:
             raise ValidationFailedError(f"inputs is larger than {MAX_INPUTS_BYTES} bytes",
                                         fields=[{"field": "inputs", "message": f"at most {MAX_INPUTS_BYTES} bytes"}])
         return body

@@ -94,7 +94,8 @@ async def test_bodies_the_schema_forbids_are_422_naming_the_field(sqlite_api: Ap
     if field is not None:
         assert field in fields(err), (case, err)
     status, page = await sqlite_api.call("GET", PATH, key=READER_KEY)
-    assert page["annotations"] == []  # nothing invalid is ever stored
+    # Nothing invalid is ever stored: not the annotation, not even the run it named.
+    assert status == 404 and page["error"] == "not_found", page
 
 
 async def test_errors_never_echo_the_rejected_value(sqlite_api: Api) -> None:
@@ -164,7 +165,7 @@ async def test_a_body_over_the_server_limit_is_413(sqlite_api: Api) -> None:
     status, err = await post(sqlite_api, {"signal": {"kind": "flag"}, "note": "y" * 70_000})
     assert status == 413 and err["error"] == "payload_too_large"
     status, page = await sqlite_api.call("GET", PATH, key=READER_KEY)
-    assert page["annotations"] == []
+    assert status == 404, page  # no annotation, and so no run either
 
 
 # -- scopes --------------------------------------------------------------------------------
@@ -181,6 +182,8 @@ async def test_recording_needs_the_annotate_scope_and_reading_read_or_annotate(s
     assert status == 401
     status, _ = await sqlite_api.call("GET", PATH, key=AGENT_KEY)
     assert status == 403
+    status, _ = await post(sqlite_api, good)  # the run exists once annotated (a never-named run is 404)
+    assert status == 201
     for key in (READER_KEY, OPERATOR_KEY, ANNOTATOR_KEY):
         status, _ = await sqlite_api.call("GET", PATH, key=key)
         assert status == 200

@@ -176,6 +176,7 @@ async def test_list_is_newest_first_paginated_and_filtered(api: Api) -> None:
     ({"workflowId": ["conformance-noop"]}, "workflowId"),
     ({"inputs": "not an object"}, "inputs"),
     ({"inputs": {"blob": "x" * 17_000}}, "inputs"),
+    ({"inputs": {"big": 2**64}}, "inputs"),
     ({"status": "completed"}, "status"),
     ({"runId": "camel"}, "runId"),
 ])
