@@ -1,7 +1,7 @@
 """runs: agent runs as a resource, registered or made by first use; existing run ids backfilled
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01
 
 Requests and annotations have named runs by ``run_id`` since 0001; each (tenant, run id) they
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
