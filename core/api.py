@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, WrapValidator
 
 from handraise.core.errors import ValidationFailedError
+from handraise.core.people import PersonId, PersonRef
 from handraise.core.text import label, prose
 
 Kind = Literal["input", "approval", "choice"]
@@ -117,6 +118,10 @@ class CreateRequestBody(BaseModel):
     def on_timeout_policy(self) -> str | dict[str, Any]:
         """The policy as stored and shown: ``"expire"``, ``"reject"`` or ``{"default": value}``."""
         return self.on_timeout or "expire"
+    # Only these people may answer: person ids and ``group:<name>`` of the tenant's [[tenants.people]].
+    assign_to: list[PersonRef] | None = Field(default=None, min_length=1, max_length=50)
+    # The person the agent acts for: they may never approve it (four eyes; approvals only).
+    on_behalf_of: PersonId | None = None
 
     def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
         """What makes two creates 'the same body': every field, defaults filled in."""
@@ -134,6 +139,8 @@ class CreateRequestBody(BaseModel):
             **({"callback_url": self.callback_url} if self.callback_url is not None else {}),
             **({"proposal": self.proposal} if self.proposal is not None else {}),
             **({"proposal_schema": self.proposal_schema} if self.proposal_schema is not None else {}),
+            **({"assign_to": sorted(set(self.assign_to))} if self.assign_to is not None else {}),
+            **({"on_behalf_of": self.on_behalf_of} if self.on_behalf_of is not None else {}),
         }
 
 
@@ -251,6 +258,8 @@ class RequestView:
     @property
     def callback_host(self) -> str | None:
         return url_host(self.callback_url) if self.callback_url else None
+    assign_to: list[str] | None = None
+    on_behalf_of: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -284,6 +293,8 @@ class RequestView:
             callback_url=row.get("callback_url"),
             proposal=json.loads(row["proposal_json"]) if row.get("proposal_json") else None,
             proposal_schema=json.loads(row["proposal_schema_json"]) if row.get("proposal_schema_json") else None,
+            assign_to=json.loads(row["assign_to_json"]) if row.get("assign_to_json") else None,
+            on_behalf_of=row.get("on_behalf_of"),
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -305,6 +316,10 @@ class RequestView:
             out["proposal"], out["proposal_schema"] = self.proposal, self.proposal_schema
         if self.terminal:
             out["timed_out"] = self.timed_out
+        if self.assign_to is not None:
+            out["assign_to"] = self.assign_to
+        if self.on_behalf_of is not None:
+            out["on_behalf_of"] = self.on_behalf_of
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
@@ -345,7 +360,8 @@ class LinkView:
     @property
     def via(self) -> str:
         """The channel an answer through it counts for: the person's messenger, else the web form."""
-        return self.principal.partition(":")[0] if self.principal else "web"
+        kind = self.principal.partition(":")[0] if self.principal else "web"
+        return "web" if kind == "person" else kind
 
 
 @dataclass(frozen=True)
@@ -391,6 +407,8 @@ class RequestRecord(BaseModel):
     sensitive: bool = False
     run_id: str | None = None
     channels: list[str] = Field(default_factory=list)
+    assign_to: list[str] | None = None
+    on_behalf_of: str | None = None
     created_at: datetime
     expires_at: datetime
     response: Any = None

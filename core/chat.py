@@ -157,6 +157,34 @@ class ChatConnector(Connector):
         route = self.settings.tenants.get(tenant_id)
         return route is not None and user_id in route.allowed()
 
+    def targets_for(self, request: RequestView) -> list[str]:
+        """The tenant's places and, for an assigned request, the assigned people this channel reaches
+        directly (``direct_target``), as ``assigned_delivery`` says: ``room_and_direct`` (default where a
+        connector has the setting), ``direct`` (the room only when nobody assigned is reachable), ``room``."""
+        places = self.targets(request.tenant_id)
+        mode = getattr(self.settings, "assigned_delivery", "room")
+        if request.assign_to is None or mode == "room":
+            return places
+        route = self.settings.tenants.get(request.tenant_id)
+        allowed = route.allowed() if route is not None else frozenset()
+        tenant = self.app_settings.tenant(request.tenant_id)
+        direct: list[str] = []
+        for person_id in expand(self.app_settings, request.tenant_id, request.assign_to).people:
+            person = tenant.person(person_id) if tenant is not None else None
+            identity = person.identity(self.name) if person is not None else None
+            # Only people this channel lets answer: a DM to anyone else would invite a refused tap.
+            target = self.direct_target(identity) if identity is not None and identity in allowed else None
+            if target is not None and target not in direct:
+                direct.append(target)
+        if mode == "direct" and direct:
+            return direct
+        return places + [t for t in direct if t not in places]
+
+    def direct_target(self, user_id: str) -> str | None:
+        """Where a message reaches this person alone (their DM), or None where the messenger has no such
+        place for a bot (the default)."""
+        return None
+
     def timezone(self, tenant_id: str) -> dt.tzinfo:
         tenant = self.app_settings.tenant(tenant_id)
         return wording.zone(tenant.timezone if tenant is not None else None)
@@ -221,6 +249,11 @@ class ChatConnector(Connector):
             await self._journal(view, sender, "answer_refused", reason="not_authorized", removed=removed)
             self.log.info("answer refused: not on the allowlist", extra={"request_id": view.id, "channel": self.name})
             return _said("not_authorized", view)
+        if not self.service.may_answer(view, sender.principal):
+            # Assigned to other people: refused as a stranger is, before any form or modal opens.
+            await self._journal(view, sender, "answer_refused", reason="not_assigned", removed=removed)
+            self.log.info("answer refused: not assigned", extra={"request_id": view.id, "channel": self.name})
+            return _said("not_authorized", view)
         terminal = self.terminal_outcome(view)
         if terminal is not None:
             return terminal
@@ -253,12 +286,15 @@ class ChatConnector(Connector):
         The link carries the person: the hosted form records the answer as theirs, through this
         channel. Only people on the allowlist get one, so sharing the chat's message shares nothing.
         """
-        if not self.may_answer(tenant_id, sender.user_id):
-            try:
-                view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            except NotFoundError:
-                return _said("not_found")
-            await self._journal(view, sender, "answer_refused", reason="not_authorized", what="form link")
+        try:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return _said("not_found")
+        allowed = self.may_answer(tenant_id, sender.user_id)
+        if not allowed or not self.service.may_answer(view, sender.principal):
+            # Nobody gets a link they could not answer with: not on the allowlist, or assigned to others.
+            reason = "not_authorized" if not allowed else "not_assigned"
+            await self._journal(view, sender, "answer_refused", reason=reason, what="form link")
             return _said("not_authorized", view)
         try:
             minted = await self.service.mint_link(tenant_id=tenant_id, request_id=request_id,

@@ -30,7 +30,9 @@ from handraise.core.errors import (
     ConfigError,
     ConflictError,
     ExpiredError,
+    FourEyesError,
     InvalidAnswerError,
+    NotAssignedError,
     NotFoundError,
     RequestCancelledError,
 )
@@ -216,6 +218,11 @@ class Connector(ABC):
     def targets(self, tenant_id: str) -> list[str]:
         """Where this connector posts a tenant's requests (chat ids, room ids, URLs)."""
 
+    def targets_for(self, request: RequestView) -> list[str]:
+        """Where this connector posts ``request``: its tenant's places, and where a connector reaches
+        the people a request is assigned to directly (a DM), those too (``ChatConnector``)."""
+        return self.targets(request.tenant_id)
+
     def may_answer(self, tenant_id: str, user_id: str) -> bool:
         """Whether a messenger user may answer this tenant's requests (the allowlist)."""
         return False
@@ -247,6 +254,10 @@ class Connector(ABC):
                                              principal=principal, via=self.name)
         except InvalidAnswerError as e:
             return AnswerOutcome("invalid", invalid_answer_text(e), problems=tuple(e.fields))
+        except NotAssignedError:
+            return _said("not_authorized")  # assigned to other people: refused as a stranger is
+        except FourEyesError:
+            return _said("four_eyes")
         except AlreadyAnsweredError:
             return _said("already_answered")
         except ExpiredError:

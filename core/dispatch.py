@@ -186,7 +186,7 @@ class Dispatcher:
             connector = self.connectors.get(channel)
             if connector is None:
                 continue
-            targets = connector.targets(tenant_id)
+            targets = connector.targets_for(view)
             if not targets:
                 log.debug("channel serves no target for this tenant",
                           extra={"request_id": request_id, "channel": channel, "tenant_id": tenant_id})
@@ -475,7 +475,7 @@ class Dispatcher:
                     connector = self.connectors.get(channel)
                     if connector is None:
                         continue
-                    for target in connector.targets(tenant.id):
+                    for target in connector.targets_for(view):
                         row = rows.get((channel, target))
                         if row is None:
                             if (view.created_at >= self._started_at if alone

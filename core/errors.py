@@ -11,6 +11,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── BadRequestError (400 bad_request)            malformed JSON, bad query
     ├── UnauthorizedError (401 unauthorized)         no or unknown key
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
+    │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
+    │   └── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
     ├── NotFoundError (404 not_found)                absent, or another tenant's
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
     │   ├── UniqueIdReusedError (409 unique_id_reused)
@@ -93,6 +95,14 @@ class UnauthorizedError(HandraiseError):
 class ForbiddenError(HandraiseError):
     code = "forbidden"
     status = 403
+
+
+class NotAssignedError(ForbiddenError):
+    code = "not_assigned"
+
+
+class FourEyesError(ForbiddenError):
+    code = "four_eyes"
 
 
 class NotFoundError(HandraiseError):

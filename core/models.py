@@ -70,6 +70,10 @@ class RequestRow(SQLModel, table=True):
     # An approval's proposal and the schema its edits are checked against, JSON (core/proposals.py; migration 0010).
     proposal_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     proposal_schema_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # Who may answer: people and ``group:`` names as the agent gave them (JSON), or NULL: anyone allowed.
+    assign_to_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # The person the agent acts for: they may never approve this request (four eyes).
+    on_behalf_of: str | None = Field(default=None, max_length=64)
 
 
 class JournalRow(SQLModel, table=True):

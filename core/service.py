@@ -36,9 +36,11 @@ from handraise.core.errors import (
     ConflictError,
     ExpiredError,
     ForbiddenError,
+    FourEyesError,
     GoneError,
     InvalidAnswerError,
     LinkUsedError,
+    NotAssignedError,
     NotFoundError,
     NotPendingError,
     RequestCancelledError,
@@ -135,6 +137,10 @@ class RequestService:
                          for c in unknown],
             )
         channels = list(dict.fromkeys(channels))
+        problems = routing_problems(self.settings, tenant_id, kind=body.kind, assign_to=body.assign_to,
+                                    on_behalf_of=body.on_behalf_of)
+        if problems:
+            raise ValidationFailedError("; ".join(f"{p['field']}: {p['message']}" for p in problems), fields=problems)
         body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()
         now = self.clock()
         row = {
@@ -150,6 +156,8 @@ class RequestService:
             # As given, like the schema: field order is the order people see them in.
             "proposal_json": json.dumps(body.proposal, ensure_ascii=False) if proposal_schema else None,
             "proposal_schema_json": json.dumps(proposal_schema, ensure_ascii=False) if proposal_schema else None,
+            "assign_to_json": json.dumps(body.assign_to) if body.assign_to is not None else None,
+            "on_behalf_of": body.on_behalf_of,
         }
         journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
                    "principal": principal, "at": now, "data": {
@@ -158,7 +166,9 @@ class RequestService:
                        "channels": channels, "timeout_seconds": timeout, "expires_at": row["expires_at"],
                        **({"on_timeout": on_timeout} if on_timeout != timeouts.EXPIRE else {}),
                        **({"callback_host": url_host(body.callback_url)} if body.callback_url else {}),
-                       **({"proposal": body.proposal, "proposal_schema": proposal_schema} if proposal_schema else {})}}
+                       **({"proposal": body.proposal, "proposal_schema": proposal_schema} if proposal_schema else {}),
+                       **({"assign_to": body.assign_to} if body.assign_to is not None else {}),
+                       **({"on_behalf_of": body.on_behalf_of} if body.on_behalf_of is not None else {})}}
         async with self.store.transaction() as conn:
             entry = await self.store.create_request(conn, row, journal=journal, notify={
                 "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
@@ -322,12 +332,21 @@ class RequestService:
         row, deliveries = found
         view = await self._settle(self._view(row, deliveries=deliveries))
         _raise_if_terminal(view)
+        if not self.may_answer(view, principal):
+            await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
+                               principal=principal, channel=via, data={"reason": "not_assigned"})
+            raise NotAssignedError("this request is assigned to other people: only they may answer it")
         errors = await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
                                                response=response)
         if errors:
             await self.invalid_attempt(view, principal=principal, channel=via,
                                        errors=[{"field": e.field, "message": e.message} for e in errors])
             raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
+        if is_own_approval(self.settings, tenant_id, view.on_behalf_of, principal, response):
+            await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
+                               principal=principal, channel=via, data={"reason": "four_eyes"})
+            raise FourEyesError("this request was made on your behalf: someone else must approve it "
+                                "(you may reject it)")
         # An approval of a proposal carries the proposal as approved and whether it was edited.
         response = proposals.result(proposal=view.proposal, response=response)
         answer, data, canonical = self._answer_columns(view, response)
@@ -376,6 +395,10 @@ class RequestService:
             answer["response_json"] = canonical
             data["response"] = json.loads(canonical)
         return answer, data, canonical
+    def may_answer(self, view: RequestView, principal: str) -> bool:
+        """Whether ``principal`` is one of the people ``view`` is assigned to (True without assignment).
+        Every route asks before it shows a form or takes an answer; ``submit`` asks again."""
+        return is_assigned(self.settings, view.tenant_id, view.assign_to, principal)
 
     async def invalid_attempt(self, view: RequestView, *, principal: str, channel: str,
                               errors: list[dict[str, str]]) -> None:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 TEXTS: dict[str, str] = {
     "accepted": "Thanks, your answer was recorded.",
     "not_authorized": "You are not authorized to answer this.",
+    "four_eyes": "This was asked on your behalf, so someone else must approve it (you may still reject it). "
+                 "Nothing was changed.",
     "not_found": "This question is no longer known.",
     "already_answered": "This was already answered.",
     "expired": "This question expired.",

@@ -56,6 +56,9 @@ _OUTCOME_BY_CODE = {
     "expired": "expired",
     "cancelled": "cancelled",
     "rate_limited": "rate_limited",
+    # 403s of assignment and four eyes: the request is still pending, so no receipt.
+    "not_assigned": "not_assigned",
+    "four_eyes": "four_eyes",
 }
 _STATIC_HEADERS = {
     "Cache-Control": "public, max-age=86400",
@@ -134,6 +137,9 @@ class WebFormsConnector(Connector):
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
         await self.service.link_opened(link=link, view=view)
+        if not self.service.may_answer(view, link.answers_as):
+            # Assigned to other people: say so before anyone fills anything in (submit refuses too).
+            return self._outcome("not_assigned", request, view=view)
         chosen = request.query.get("decision")
         return await self._form_page(request, link, view, chosen=chosen if view.kind == "approval" and chosen in (
             "approve", "reject") else None)
@@ -272,6 +278,8 @@ class WebFormsConnector(Connector):
             return response
         if key == "not_found":
             return self._outcome(key, request)
+        if error.status == 403:
+            return self._outcome(key, request, view=(await self.service.find_link(token))[1])
         # A dead link still names its request: say who answered (or cancelled) and when.
         try:
             link, view = await self.service.find_link(token)

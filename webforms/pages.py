@@ -100,6 +100,11 @@ OUTCOMES: dict[str, Outcome] = {
     "bad_request": Outcome(400, N_("Your answer could not be read"),
                            N_("Open the link again and send your answer from the fresh page.")),
     "answered": Outcome(200, N_("Thank you, your answer was sent"), N_("You can close this tab.")),
+    "not_assigned": Outcome(403, N_("This question is assigned to other people"),
+                            N_("Only the people it is assigned to may answer it. Nothing was changed.")),
+    "four_eyes": Outcome(403, N_("Someone else must approve this"),
+                         N_("It was asked on your behalf, so you may not approve it yourself; you may still "
+                            "reject it. Nothing was changed.")),
 }
 
 

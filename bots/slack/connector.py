@@ -243,6 +243,10 @@ class SlackConnector(ChatConnector):
 
         self.spawn(guarded(), name=what)
 
+    def direct_target(self, user_id: str) -> str | None:
+        # Posting to a user id lands in the app's DM with that person.
+        return user_id
+
     # -- interactions ------------------------------------------------------------
 
     async def _handle_action(self, body: dict[str, Any]) -> None:
@@ -320,7 +324,8 @@ class SlackConnector(ChatConnector):
             return {}
         if refused.code == "invalid":
             return {"response_action": "errors", "errors": block_errors(request, list(refused.problems))}
-        title = {"not_authorized": "Not authorized", "use_the_form": "Use the form"}.get(refused.code, "Closed")
+        title = {"not_authorized": "Not authorized", "use_the_form": "Use the form",
+                 "four_eyes": "Someone else must approve"}.get(refused.code, "Closed")
         return _notice(title, refused.message)
 
     async def _handle_reply(self, event: dict[str, Any], body: dict[str, Any]) -> None:

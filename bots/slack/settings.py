@@ -51,6 +51,9 @@ class SlackSettings(RoutedSettings):
     api_url: str = "https://slack.com/api/"
     tenants: dict[str, SlackTenantSettings] = Field(min_length=1)
     remind_after_seconds: float | None = Field(default=None, gt=0)
+    # A request assigned to people (assign_to) also reaches each of them in a DM with the app:
+    # "room_and_direct", only there ("direct"; the channel when none is on the allowlist), or "room".
+    assigned_delivery: Literal["room_and_direct", "direct", "room"] = "room_and_direct"
     # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
     rating_buttons: bool = False
 

@@ -56,7 +56,8 @@ def _json(schema: dict[str, Any] | type[BaseModel], description: str) -> dict[st
 
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
-             403: "Wrong scope", 404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone",
+             403: "Wrong scope; for an answer, not_assigned (the request is assigned to other people) or "
+                  "four_eyes (its on_behalf_of person may not approve it)", 404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone",
              413: "Body too large", 422: "Invalid body, schema or answer",
              429: "Too many invalid answers by this key (Retry-After says when to try again)",
              501: "Capability not provided"}

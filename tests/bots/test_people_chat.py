@@ -13,15 +13,20 @@ from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER
 from tests.bots.test_telegram import ask as telegram_ask
 from tests.bots.test_telegram import db, journal  # noqa: F401  (db: the fixture)
 
-# Alice is Telegram's ALLOWED user; Bob answers nowhere but in the inbox; Gus is globex's.
+BOB_TG = 7777
+# Alice is Telegram's ALLOWED user, Bob another on-call person; Gus is globex's.
 ALICE = {"id": "alice", "name": "Alice Example", "telegram": ALLOWED, "email": "alice@example.org",
          "groups": ["oncall"]}
-BOB = {"id": "bob", "name": "Bob Builder", "groups": ["oncall"]}
+BOB = {"id": "bob", "name": "Bob Builder", "telegram": BOB_TG, "groups": ["oncall"]}
 GUS = {"id": "gus", "name": "Gus", "telegram": GLOBEX_USER}
 
 
 class PeopleTelegramDriver(TelegramDriver):
-    """Acme's allowlist names its people by name; globex's by group."""
+    """Acme's allowlist names its people by group; globex's by name."""
+
+    async def start(self) -> None:
+        await super().start()
+        self.tg.add_user(BOB_TG, first_name="Bob", username="bob")
 
     def config(self) -> dict[str, Any]:
         tenants = base_config("sqlite://")["tenants"]
@@ -70,3 +75,36 @@ async def test_another_tenants_person_is_never_resolved(db: str) -> None:
         await driver.assert_refused(await driver.press(posted, "approve", user_id=GLOBEX_USER))
         refused = next(e for e in await journal(api, request["id"]) if e["event"] == "answer_refused")
         assert "person" not in refused["data"]
+
+
+# -- assignment and four eyes in chat ----------------------------------------------------------
+
+
+async def test_only_assigned_people_answer_in_telegram(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("a-1", assign_to=["bob"]))
+        posted = await driver.posted(api, request)
+        # Alice is on the allowlist, but the request is Bob's: refused as a stranger is, by tap,
+        # by reply and for a form link.
+        await driver.assert_refused(await driver.press(posted, "approve"))
+        await driver.assert_refused(await driver.reply(posted, "approve"))
+        assert await driver.open_form(posted) is None
+        assert "not authorized" in driver.last_private.params["text"].lower()  # type: ignore[union-attr]
+        reasons = [e["data"]["reason"] for e in await journal(api, request["id"]) if e["event"] == "answer_refused"]
+        assert reasons == ["not_assigned"] * 3
+        assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
+        await driver.callback_answer(await driver.press(posted, "approve", user_id=BOB_TG))
+        done = await api.wait(request["id"])
+        assert done["answered_by"] == f"telegram:{BOB_TG}"
+        await driver.assert_withdrawn(posted, "Approved by Bob Builder via Telegram")
+
+
+async def test_four_eyes_in_telegram(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        request = await api.create(ask("f-1", on_behalf_of="alice"))
+        posted = await driver.posted(api, request)
+        answer = await driver.callback_answer(await driver.press(posted, "approve"))
+        assert "asked on your behalf" in answer.params["text"]
+        assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
+        await driver.callback_answer(await driver.press(posted, "approve", user_id=BOB_TG))
+        assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"

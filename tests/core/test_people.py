@@ -166,3 +166,16 @@ def test_two_tenants_naming_one_address_through_people_are_refused(tmp_path: Pat
         "tenants": {"acme": {"recipients": ["alice"]}, "globex": {"recipients": ["alice@example.org"]}}})
     with pytest.raises(ConfigError, match="email.tenants: recipient alice@example.org is configured for tenants"):
         EmailConnector.load_settings(settings)
+
+
+def test_a_matrix_allowlist_names_people(tmp_path: Path) -> None:
+    from handraise.bots.matrix.connector import MatrixConnector
+
+    settings = people_settings(tmp_path, matrix={
+        "homeserver": "http://127.0.0.1:8008", "user_id": "@bot:hs.example", "access_token": "t",
+        "tenants": {"acme": {"room_ids": ["!room:hs.example"], "allowed_users": ["@raw:hs.example", "alice"]}}})
+    assert MatrixConnector.load_settings(settings).tenants["acme"].allowed() == {"@raw:hs.example",
+                                                                                 "@alice:hs.example"}
+    settings.matrix["tenants"]["acme"]["allowed_users"] = ["bob"]  # type: ignore[index]
+    with pytest.raises(ConfigError, match="matrix.tenants.acme: bob: nobody it names has a matrix identity"):
+        MatrixConnector.load_settings(settings)

@@ -25,9 +25,11 @@ from handraise.core.errors import (
     BadRequestError,
     ExpiredError,
     ForbiddenError,
+    FourEyesError,
     HandraiseError,
     InvalidAnswerError,
     LinkUsedError,
+    NotAssignedError,
     NotFoundError,
     RequestCancelledError,
     UnauthorizedError,
@@ -37,6 +39,7 @@ from handraise.core.http.events import resume_point, serve_stream
 from handraise.core.inbox import InboxSession
 from handraise.core.names import display_name
 from handraise.core.schema import FieldError
+from handraise.core.people import expand, names
 from handraise.webforms.csrf import origin_allowed
 from handraise.webforms.inbox.session import (
     COOKIE,
@@ -306,6 +309,8 @@ class Inbox:
                 response = proposals.from_form(parsed.value, proposal=view.proposal, posted=parsed.posted)
                 await self.service.submit(tenant_id=session.tenant_id, request_id=view.id, response=response,
                                           principal=session.principal, via="inbox")
+            except (NotAssignedError, FourEyesError) as e:
+                return await self._request_page(request, session, view, status=403, refusal=e.code)
             except InvalidAnswerError as e:
                 errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in e.fields]
             except (AlreadyAnsweredError, ExpiredError, RequestCancelledError):
@@ -322,9 +327,13 @@ class Inbox:
 
     async def _request_page(self, request: web.Request, session: InboxSession, view: RequestView, *,
                             posted: dict[str, list[str]] | None = None, errors: list[FieldError] | None = None,
-                            status: int = 200, conflict: bool = False) -> web.Response:
+                            status: int = 200, conflict: bool = False, refusal: str | None = None) -> web.Response:
         form = None
-        if view.status == "pending" and "answer" in session.scopes:
+        # Assigned to other people: the page says who may answer, and shows no form to this session.
+        assigned = (names(self.settings, view.tenant_id, expand(self.settings, view.tenant_id, view.assign_to).people)
+                    if view.assign_to is not None and view.status == "pending" else [])
+        may_answer = self.service.may_answer(view, session.principal)
+        if view.status == "pending" and "answer" in session.scopes and may_answer:
             locale = self.forms._locale(request, view.tenant_id)
             schema = answer_schema(view)
             specs = form_specs(schema, sensitive=view.sensitive)
@@ -346,7 +355,8 @@ class Inbox:
             any_required=any(f.required for f in fields if f.control != "approval"),
             outcome=wording.headline(view, who=self._who(view), tz=self._zone(view.tenant_id)),
             answer_lines=wording.answer_lines(view) if view.has_response and not view.sensitive else [],
-            journal=[self._entry(e, tenant_id=session.tenant_id) for e in entries], conflict=conflict)
+            journal=[self._entry(e, tenant_id=session.tenant_id) for e in entries], conflict=conflict,
+            refusal=refusal or (None if may_answer else "not_assigned"), assigned=", ".join(assigned))
 
     def _who(self, view: RequestView) -> str | None:
         principal = view.resolved_by or ""

@@ -1,0 +1,111 @@
+"""Slack with people: assigned people reached in a DM beside the channel, everyone else refused as a
+stranger is, outcomes named by the person; through FakeSlack and signed interactions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Api, base_config, running_app, settings_from
+from handraise.bots.slack import SlackConnector
+from handraise.core.appkeys import DISPATCHER, SERVICE
+from tests.bots.slack_helpers import (
+    ACME_CHANNEL,
+    ALICE,
+    BOB,
+    CAROL,
+    ephemerals_for,
+    post_signed,
+    posted_message,
+    request_body,
+    slack_section,
+    tap,
+)
+from tests.fakes.slack import FakeSlack
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as f:
+        yield f
+
+
+@contextlib.asynccontextmanager
+async def people_slack(tmp_path: Path, fake: FakeSlack, **overrides: Any) -> AsyncIterator[Api]:
+    config = base_config(f"sqlite:///{tmp_path / 'slack-people.db'}", slack=slack_section(fake, **overrides))
+    config["slack"]["tenants"]["acme"]["allowed_user_ids"] = ["group:oncall"]
+    config["tenants"][0]["people"] = [
+        {"id": "alice", "name": "Alice Example", "slack": ALICE, "groups": ["oncall"]},
+        {"id": "bob", "name": "Bob Builder", "slack": BOB, "groups": ["oncall"]},
+        {"id": "dave", "name": "Dave", "groups": ["oncall"]},  # no Slack: reached elsewhere
+        {"id": "carol", "name": "Carol", "slack": CAROL},  # in Slack, on no acme allowlist
+    ]
+    async with running_app(settings_from(config), connector_classes=[SlackConnector]) as api:
+        yield api
+
+
+async def deliveries(api: Api, request_id: str) -> list[tuple[str, str]]:
+    await api.app[DISPATCHER].idle()
+    rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request_id)
+    return sorted((r["target"], r["status"]) for r in rows)
+
+
+async def test_an_assigned_request_reaches_its_people_in_a_dm_and_refuses_the_rest(
+        tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("dm-1", kind="approval", assign_to=["alice", "dave", "carol"]))
+        in_channel = await posted_message(fake, req)
+        in_dm = await posted_message(fake, req, channel=ALICE)
+        assert in_dm["channel"] == fake.dm_channel(ALICE)
+        # Dave has no Slack id and Carol may not answer acme in Slack: neither gets a DM.
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "sent"), (ALICE, "sent")]
+        # Bob is on the allowlist, but this request is not his: refused as a stranger is.
+        assert (await post_signed(api, tap(fake, in_channel, "Approve", user=BOB)))[0] == 200
+        await fake.wait_for_call("chat.postEphemeral", lambda c: c.get("user") == BOB)
+        assert ephemerals_for(fake, BOB) == ["You are not authorized to answer this."]
+        refused = [e for e in await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+                   if e["event"] == "answer_refused"]
+        assert [(e["data"]["reason"], e["data"]["person"]) for e in refused] == [("not_assigned", "bob")]
+        assert (await api.call("GET", f"/v1/requests/{req['id']}"))[1]["status"] == "pending"
+        # Alice answers in her DM; both messages show her by name.
+        assert (await post_signed(api, tap(fake, in_dm, "Approve", user=ALICE)))[0] == 200
+        done = await api.wait(req["id"])
+        assert (done["status"], done["response"]) == ("answered", {"decision": "approve"})
+        await api.app[DISPATCHER].idle()
+        for message in (in_channel, in_dm):
+            after = fake.message(message["channel"], message["ts"])
+            assert after["text"] == "✅ Approved by Alice Example via Slack", after["text"]
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "withdrawn"), (ALICE, "withdrawn")]
+
+
+@pytest.mark.parametrize(("mode", "assign_to", "expected"), [
+    ("direct", ["group:oncall"], [ALICE, BOB]),
+    ("direct", ["dave"], [ACME_CHANNEL]),  # nobody assigned is reachable in Slack: the channel
+    ("room", ["alice"], [ACME_CHANNEL]),
+    ("room_and_direct", None, [ACME_CHANNEL]),  # not assigned: the channel only
+])
+async def test_assigned_delivery_chooses_dms_the_channel_or_both(tmp_path: Path, fake: FakeSlack, mode: str,
+                                                                 assign_to: list[str] | None,
+                                                                 expected: list[str]) -> None:
+    async with people_slack(tmp_path, fake, assigned_delivery=mode) as api:
+        extra = {"assign_to": assign_to} if assign_to is not None else {}
+        req = await api.create(request_body("dm-2", kind="approval", **extra))
+        assert [t for t, _ in await deliveries(api, req["id"])] == sorted(expected)
+
+
+async def test_four_eyes_in_slack(tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("fe-1", kind="approval", on_behalf_of="alice"))
+        message = await posted_message(fake, req)
+        assert (await post_signed(api, tap(fake, message, "Approve", user=ALICE)))[0] == 200
+        await fake.wait_for_call("chat.postEphemeral", lambda c: c.get("user") == ALICE)
+        assert "asked on your behalf" in ephemerals_for(fake, ALICE)[0]
+        assert (await api.call("GET", f"/v1/requests/{req['id']}"))[1]["status"] == "pending"
+        assert (await post_signed(api, tap(fake, message, "Approve", user=BOB)))[0] == 200
+        assert (await api.wait(req["id"]))["answered_by"].endswith(f"/{BOB}")

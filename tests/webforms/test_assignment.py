@@ -1,0 +1,192 @@
+"""Assignment and four eyes over HTTP: every new field checked at create with a clear 422, and the
+refusals of the API, the hosted form (personal and plain links) and the operator inbox."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
+from handraise.core.appkeys import SERVICE
+from handraise.webforms.connector import WebFormsConnector
+
+from .test_http import fetch, mint, post
+from .test_inbox_http import signed_in
+
+ALICE = {"id": "alice", "name": "Alice Example", "telegram": 4242, "groups": ["oncall"]}
+BOB = {"id": "bob", "name": "Bob Builder", "telegram": 77, "groups": ["oncall"]}
+CAROL = {"id": "carol", "name": "Carol", "groups": ["finance"]}
+GUS = {"id": "gus", "name": "Gus"}
+
+
+@contextlib.asynccontextmanager
+async def people_app(tmp_path: Path, *, globex_people: bool = True) -> AsyncIterator[Api]:
+    config = base_config(f"sqlite:///{tmp_path / 'assign.db'}")
+    config["tenants"][0]["people"] = [ALICE, BOB, CAROL]
+    if globex_people:
+        config["tenants"][1]["people"] = [GUS]
+    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as api:
+        yield api
+
+
+def approval(**extra: Any) -> dict[str, Any]:
+    return {"unique_id": f"a-{secrets.token_hex(6)}", "message_for_user": "Deploy to production?",
+            "kind": "approval", "timeout_seconds": 300, **extra}
+
+
+async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
+    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+
+
+async def personal_link(api: Api, request_id: str, principal: str) -> str:
+    """A link minted for one person, as a chat connector mints it (its path, /f/<token>)."""
+    minted = await api.app[SERVICE].mint_link(tenant_id="acme", request_id=request_id, principal="telegram:bot",
+                                              recipient=principal, for_principal=principal)
+    return "/f/" + minted.token
+
+
+# -- create ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "field", "message"), [
+    ({"assign_to": ["dave"]}, "assign_to", "dave is not one of this tenant's people"),
+    ({"assign_to": ["gus"]}, "assign_to", "gus is not one of this tenant's people"),  # globex's
+    ({"assign_to": ["alice", "group:nobody"]}, "assign_to", "nobody of this tenant is in group nobody"),
+    ({"assign_to": []}, "assign_to", "at least 1 item"),
+    ({"assign_to": ["bad name"]}, "assign_to.0", "must name a person (alice) or a group (group:oncall)"),
+    ({"assign_to": ["group:"]}, "assign_to.0", "must name a person"),
+    ({"assign_to": "alice"}, "assign_to", "valid list"),
+    ({"assign_to": ["alice"] * 51}, "assign_to", "at most 50"),
+    ({"on_behalf_of": "dave"}, "on_behalf_of", "dave is not one of this tenant's people"),
+    ({"on_behalf_of": "group:oncall"}, "on_behalf_of", "must be a person's id"),
+    ({"on_behalf_of": 7}, "on_behalf_of", "valid string"),
+    ({"on_behalf_of": "alice", "kind": "input"}, "on_behalf_of", "applies to approvals only"),
+    ({"on_behalf_of": "alice", "assign_to": ["alice"]}, "assign_to", "names only alice, who may not approve"),
+])
+async def test_every_new_field_is_checked_at_create(tmp_path: Path, extra: dict[str, Any], field: str,
+                                                     message: str) -> None:
+    async with people_app(tmp_path) as api:
+        status, body = await api.call("POST", "/v1/requests", json=approval(**extra))
+        assert status == 422, body
+        assert body["error"] == "validation_error"
+        assert any(f["field"] == field and message in f["message"] for f in body["details"]["fields"]), body
+
+
+async def test_a_tenant_without_people_cannot_assign(tmp_path: Path) -> None:
+    async with people_app(tmp_path, globex_people=False) as api:
+        status, body = await api.call("POST", "/v1/requests", json=approval(assign_to=["gus"]), key=OTHER_AGENT_KEY)
+        assert status == 422
+        assert body["details"]["fields"] == [{"field": "assign_to",
+                                              "message": "this tenant lists no people ([[tenants.people]] "
+                                                         "in the config)"}]
+
+
+async def test_assignment_is_part_of_the_request_and_of_its_body(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        body = approval(assign_to=["group:oncall", "carol"], on_behalf_of="alice")
+        created = await api.create(body)
+        assert (created["assign_to"], created["on_behalf_of"]) == (["group:oncall", "carol"], "alice")
+        # The same body again is the same request; another assignment is another body.
+        assert (await api.call("POST", "/v1/requests", json=body))[0] == 200
+        status, again = await api.call("POST", "/v1/requests", json={**body, "assign_to": ["carol"]})
+        assert (status, again["error"]) == (409, "conflict")
+        plain = await api.create(approval())
+        assert "assign_to" not in plain and "on_behalf_of" not in plain
+        created_entry = (await journal(api, created["id"]))[0]
+        assert created_entry["data"]["assign_to"] == ["group:oncall", "carol"]
+        assert created_entry["data"]["on_behalf_of"] == "alice"
+
+
+# -- the API -----------------------------------------------------------------------------------
+
+
+async def test_an_answer_key_that_is_nobody_cannot_answer_an_assigned_request(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["alice"]))
+        status, body = await api.call("POST", "/api/human-feedback/submit", key=OPERATOR_KEY,
+                                      json={"unique_id": created["unique_id"], "response": {"decision": "approve"}})
+        assert (status, body["error"]) == (403, "not_assigned"), body
+        assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
+        refused = [e for e in await journal(api, created["id"]) if e["event"] == "answer_refused"]
+        assert [(e["principal"], e["data"]["reason"]) for e in refused] == [("operator:op-1", "not_assigned")]
+
+
+# -- the hosted form ---------------------------------------------------------------------------
+
+
+async def test_form_links_of_people_not_assigned_are_refused(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["group:oncall"]))
+        # Carol's personal link, and a plain link that is nobody's: refused before the form shows.
+        for path in (await personal_link(api, created["id"], "person:carol"), await mint(api, created["id"])):
+            page = await fetch(api, path)
+            assert page.status == 403, page.text
+            assert "assigned to other people" in page.text
+            assert 'name="decision"' not in page.html
+        # Bob's personal link (through Telegram) takes his answer, as his.
+        bobs = await personal_link(api, created["id"], "telegram:77")
+        assert (await post(api, bobs, [("decision", "approve")])).status == 200
+        done = await api.wait(created["id"])
+        assert (done["status"], done["answered_by"], done["answered_via"]) == ("answered", "telegram:77", "telegram")
+        answered = next(e for e in await journal(api, created["id"]) if e["event"] == "answered")
+        assert answered["data"]["person"] == "bob"
+
+
+async def test_four_eyes_on_the_form(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(on_behalf_of="alice"))
+        alices = await personal_link(api, created["id"], "telegram:4242")
+        page = await post(api, alices, [("decision", "approve")])
+        assert page.status == 403, page.text
+        assert "on your behalf" in page.text
+        assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
+        refused = [e for e in await journal(api, created["id"]) if e["event"] == "answer_refused"]
+        assert [(e["data"]["reason"], e["data"]["person"]) for e in refused] == [("four_eyes", "alice")]
+        # She may still reject what was asked on her behalf.
+        rejects = await personal_link(api, created["id"], "telegram:4242")
+        assert (await post(api, rejects, [("decision", "reject"), ("reason", "not now")])).status == 200
+        assert (await api.wait(created["id"]))["response"] == {"decision": "reject", "reason": "not now"}
+
+
+# -- the inbox ---------------------------------------------------------------------------------
+
+
+async def test_inbox_sessions_answer_as_their_person(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["bob"], on_behalf_of="alice"))
+        path = f"/inbox/r/{created['id']}"
+        async with signed_in(api, "carol") as carol:
+            status, text, _ = await carol.get(path)
+            assert status == 200 and "assigned to" in text and 'name="decision"' not in text
+            status, text, _ = await carol.post(path, {"decision": "approve"})
+            assert status == 403 and "assigned to other people" in text
+        async with signed_in(api, "bob") as bob:
+            status, text, _ = await bob.get(path)
+            assert 'name="decision"' in text
+            status, _, headers = await bob.post(path, {"decision": "approve"})
+            assert status == 303, text
+        done = await api.wait(created["id"])
+        assert (done["status"], done["answered_by"], done["answered_via"]) == ("answered", "operator:bob", "inbox")
+        async with signed_in(api, "bob") as bob:
+            status, text, _ = await bob.get(path)
+            assert "Approved by Bob Builder" in text  # his name, not his sign-in name
+
+
+async def test_four_eyes_in_the_inbox(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(on_behalf_of="alice"))
+        path = f"/inbox/r/{created['id']}"
+        async with signed_in(api, "alice") as alice:
+            status, text, _ = await alice.get(path)
+            assert status == 200
+            status, text, _ = await alice.post(path, {"decision": "approve"})
+            assert status == 403 and "on your behalf" in text
+            assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
+        async with signed_in(api, "carol") as carol:
+            assert (await carol.post(path, {"decision": "approve"}))[0] == 303
+        assert (await api.wait(created["id"]))["answered_by"] == "operator:carol"
