@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -205,11 +206,15 @@ async def test_strangers_and_other_tenants_users_are_refused(db: str) -> None:
 async def test_tap_on_a_resolved_request(db: str) -> None:
     async with telegram(db) as (driver, api):
         answered = await api.create(ask("t-1", kind="approval"))
-        expiring = await api.create(ask("t-2", kind="approval", timeout_seconds=1))
+        expiring = await api.create(ask("t-2", kind="approval", timeout_seconds=600))
         posts = [await driver.posted(api, r) for r in (answered, expiring)]
         data = [driver.button(p, "approve")["callback_data"] for p in posts]
 
         assert (await api.submit("t-1", {"decision": "reject"}))[0] == 200
+        service = api.app[SERVICE]
+        service.clock = lambda: time.time() + 3600  # past t-2's deadline once it was posted, without waiting
+        await service.sweep()
+        service.clock = time.time
         assert (await api.wait(expiring["id"], timeout=30))["status"] == "expired"
         await api.app[DISPATCHER].idle()
         for posted, token, text in zip(posts, data, ("This was already answered.", "This question expired.")):
