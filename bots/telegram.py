@@ -117,6 +117,9 @@ class TelegramSettings(RoutedSettings):
     poll_timeout_seconds: int = Field(default=25, ge=0, le=50)
     # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
     rating_buttons: bool = False
+    # A request assigned to people (assign_to) also reaches each of them in their private chat with the
+    # bot (once they have started it): "room_and_direct", only there ("direct"), or "room".
+    assigned_delivery: Literal["room_and_direct", "direct", "room"] = "room_and_direct"
 
     @field_validator("token")
     @classmethod
@@ -371,6 +374,10 @@ class TelegramConnector(ChatConnector):
         return web.json_response({"ok": True})
 
     # -- outbound --------------------------------------------------------------
+
+    def direct_target(self, user_id: str) -> str | None:
+        # A user's id is their private chat with the bot (Telegram refuses it until they start the bot).
+        return user_id
 
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
         bot = await self._bot()

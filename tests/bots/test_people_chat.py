@@ -9,6 +9,8 @@ from typing import Any
 
 from conftest import Api, base_config
 
+from handraise.core.appkeys import DISPATCHER, SERVICE
+from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.test_telegram import ask as telegram_ask
 from tests.bots.test_telegram import db, journal  # noqa: F401  (db: the fixture)
@@ -108,3 +110,21 @@ async def test_four_eyes_in_telegram(db: str) -> None:
         assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
         await driver.callback_answer(await driver.press(posted, "approve", user_id=BOB_TG))
         assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"
+
+
+async def test_telegram_reaches_assigned_people_in_their_private_chat(db: str) -> None:
+    async with telegram(db) as (driver, api):
+        driver.tg.started.add(ALLOWED)  # Alice has started the bot; Bob never did
+        request = await api.create(ask("dm-1", assign_to=["group:oncall"]))
+        await api.app[DISPATCHER].idle()
+        rows = {r["target"]: r for r in await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])}
+        assert set(rows) == {str(CHAT), str(ALLOWED), str(BOB_TG)}
+        assert rows[str(ALLOWED)]["status"] == "sent"
+        # Telegram lets no bot write first: Bob's private copy fails, the group's message still reaches him.
+        assert rows[str(BOB_TG)]["status"] == "failed"
+        private = Posted(request_id=request["id"], target=str(ALLOWED), ref=rows[str(ALLOWED)]["ref"])
+        await driver.callback_answer(await driver.press(private, "approve"))
+        assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{ALLOWED}"
+        await driver.assert_withdrawn(private, "Approved by Alice Example via Telegram")
+        group = Posted(request_id=request["id"], target=str(CHAT), ref=rows[str(CHAT)]["ref"])
+        await driver.assert_withdrawn(group, "Approved by Alice Example via Telegram")
