@@ -95,6 +95,9 @@ def _path_id(name: str) -> dict[str, Any]:
 
 _ID = _path_id("id")
 _RUN = _path_id("runId")
+# One server-sent event as a client reads it off the stream (each event's data is a JSON text).
+_SSE_EVENT = {"type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string"},
+                                               "data": {"type": "string"}, "retry": {"type": "integer"}}}
 _ANNOTATION = {"$ref": _REF.format(model="Annotation")}
 _REQUEST = {"$ref": _REF.format(model="RequestRecord")}
 
@@ -163,7 +166,8 @@ PATHS: dict[str, dict[str, Any]] = {
                  "description": "Resume: first every event recorded after this id (ids are journal seqs)"},
                 {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0},
                  "description": "Resume point for a first connection (Last-Event-ID wins)"}],
-        ok={"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        ok={"200": {"description": "text/event-stream",
+                    "content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
         errors=(400, 401, 403))},
     "/v1/inbox/links": {"post": _op(
         "Mint a one-time sign-in link to the operator inbox; the session answers as operator:{name}",
@@ -239,7 +243,7 @@ PATHS: dict[str, dict[str, Any]] = {
         params=[_path_id("case_id"), {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"},
                                       "description": "Resume: only events newer than this id"}],
         ok={"200": {"description": "text/event-stream",
-                    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+                    "content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
         errors=(400, 401, 403, 404))},
     "/v1/runs/{runId}/bundle": {"get": _op(
         "Debug bundle of a run: annotations, requests and journal entries, redacted", scopes=["read"],
