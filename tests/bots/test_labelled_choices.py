@@ -6,7 +6,7 @@ from typing import Any
 
 from handraise.bots.matrix.cards import card_content, how_to_answer
 from handraise.bots.slack.blocks import modal_view, plan_buttons
-from handraise.bots.telegram import button_choices, presentation
+from handraise.bots.telegram.messages import button_choices, presentation
 from handraise.core.api import RequestView
 from handraise.core.schema import check_schema
 

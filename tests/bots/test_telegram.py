@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 from conftest import Api, base_config, running_app, settings_from
 
-from handraise.bots.telegram import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, TelegramConnector, utf16_len
+from handraise.bots.telegram import TelegramConnector
+from handraise.bots.telegram.messages import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, utf16_len
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.config import Settings
 from handraise.core.errors import AlreadyAnsweredError, ConfigError, GoneError

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import hmac
 import json
 import logging
-import re
-import warnings
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from aiohttp import web
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 from telegram import (
     ForceReply,
     InlineKeyboardButton,
@@ -30,17 +27,7 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.error import (
-    BadRequest,
-    ChatMigrated,
-    Conflict,
-    Forbidden,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-    TimedOut,
-)
+from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -50,101 +37,37 @@ from telegram.ext import (
     MessageHandler,
     filters,
 )
-from telegram.warnings import PTBDeprecationWarning
 
-from handraise.core.api import RequestView
-from handraise.core.config import Settings
+from handraise.bots.telegram import doctor
+from handraise.bots.telegram.errors import retry_seconds, scrub, wrap
+from handraise.bots.telegram.messages import (
+    MAX_TEXT,
+    answer_rows,
+    button_choices,
+    compose_text,
+    cut_utf16,
+    form_button,
+    hint_text,
+    presentation,
+    rating_keyboard,
+    utf16_len,
+)
+from handraise.bots.telegram.polling import POLL_LOCK, TelegramPoller
+from handraise.bots.telegram.settings import TelegramSettings, TelegramTenantSettings
 from handraise.core import wording
-from handraise.core.chat import ChatConnector, RoutedSettings, Sender, TenantRoute
+from handraise.core.api import RequestView
+from handraise.core.chat import ChatConnector, Sender
+from handraise.core.config import Settings
 from handraise.core.connectors import AnswerOutcome, rating_value
 from handraise.core.errors import ConfigError, ConnectorError
-from handraise.core.people import PersonRef
-from handraise.core.redaction import redact
-from handraise.core.schema import fields
 
 log = logging.getLogger(__name__)
 
-MAX_TEXT = 4096  # Telegram's limit, in UTF-16 code units
-MAX_BUTTON_CHOICES = 8
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-POLL_LOCK = "telegram-poll"
-SENSITIVE_TEXT = wording.text("sensitive_question") + " Open it with the button below; replies in this chat are deleted."
-CUT_NOTE = "[The question is cut here: the form shows all of it.]"
 # Durable state: request id -> the private messages with a form link sent about it (their buttons go with it).
 SENT = "telegram.sent"
 # What a "Open form" button's token stands for: a personal link, handed out in a private chat.
 FORM_INTENT: dict[str, Any] = {"form": True}
-_FORM_TOKEN = re.compile(r"/f/[A-Za-z0-9_-]+")
-
-
-class TelegramTenantSettings(TenantRoute):
-    """Where one tenant's requests go, and who may answer them."""
-
-    raw_id = re.compile(r"-?[0-9]+")
-
-    chat_ids: list[int] = Field(min_length=1)
-    # User ids, or the tenant's people and groups by name ("alice", "group:oncall").
-    allowed_user_ids: list[int | PersonRef] = Field(min_length=1)
-
-    def places(self) -> list[str]:
-        return [str(c) for c in self.chat_ids]
-
-    def people(self) -> list[str]:
-        return [str(u) for u in self.allowed_user_ids]
-
-
-class TelegramSettings(RoutedSettings):
-    """``[telegram]``. Per tenant: ``[telegram.tenants.<id>]``; or, for one tenant, the short form
-    ``chat_ids`` / ``allowed_user_ids`` (with ``tenant`` when several tenants are configured)."""
-
-    place_word = "chat"
-
-    token: SecretStr
-    base_url: str = "https://api.telegram.org/bot"
-    mode: Literal["polling", "webhook"] = "polling"
-    # Webhook mode: Telegram sends it in X-Telegram-Bot-Api-Secret-Token; checked on every update.
-    webhook_secret: SecretStr | None = None
-    # Webhook mode: the public URL registered with setWebhook (default: public_url + /bots/telegram/webhook).
-    webhook_url: str | None = None
-    tenant: str | None = None
-    chat_ids: list[int] | None = None
-    allowed_user_ids: list[int | PersonRef] | None = None
-    tenants: dict[str, TelegramTenantSettings] = Field(default_factory=dict)
-    remind_after_seconds: float | None = Field(default=None, gt=0)
-    # Polling: how often the poller checks it still holds the lock, and a standby tries to take over.
-    leader_check_seconds: float = Field(default=5.0, gt=0, le=300)
-    # Polling: how long one getUpdates waits for news.
-    poll_timeout_seconds: int = Field(default=25, ge=0, le=50)
-    # An answered request's message offers buttons 1-5 that rate its run (needs a run_id and [feedback]).
-    rating_buttons: bool = False
-    # A request assigned to people (assign_to) also reaches each of them in their private chat with the
-    # bot (once they have started it): "room_and_direct", only there ("direct"), or "room".
-    assigned_delivery: Literal["room_and_direct", "direct", "room"] = "room_and_direct"
-
-    @field_validator("token")
-    @classmethod
-    def _token_shape(cls, value: SecretStr) -> SecretStr:
-        # Refused here in one line, not as python-telegram-bot's InvalidToken traceback at start.
-        if not re.fullmatch(r"[0-9]+:[A-Za-z0-9_-]+", value.get_secret_value().strip()):
-            raise ValueError("must be the bot token from @BotFather, like 123456789:AA... "
-                             "(set it here or in HANDRAISE_TELEGRAM__TOKEN)")
-        return SecretStr(value.get_secret_value().strip())
-
-    @model_validator(mode="after")
-    def _check(self) -> TelegramSettings:
-        if self.mode == "webhook":
-            if self.webhook_secret is None:
-                raise ValueError("webhook_secret is required in webhook mode")
-            if not re.fullmatch(r"[A-Za-z0-9_-]{16,256}", self.webhook_secret.get_secret_value()):
-                raise ValueError("webhook_secret: 16-256 characters of A-Z, a-z, 0-9, _ and -")
-        if (self.chat_ids is None) != (self.allowed_user_ids is None):
-            raise ValueError("chat_ids and allowed_user_ids go together")
-        if self.chat_ids is None and not self.tenants:
-            raise ValueError("say where to post: chat_ids and allowed_user_ids, or [telegram.tenants.<id>]")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
-        self.base_url = self.base_url.rstrip("/")
-        return self
 
 
 class TelegramConnector(ChatConnector):
@@ -154,44 +77,18 @@ class TelegramConnector(ChatConnector):
     @classmethod
     async def check(cls, settings: TelegramSettings, *, app_settings: Settings,
                     http: aiohttp.ClientSession) -> list[str]:
-        """getMe with the token, getChat for every configured chat, the webhook as Telegram has it."""
-        token = settings.token.get_secret_value()
-
-        async def call(method: str, **params: Any) -> tuple[bool, Any]:
-            try:
-                async with http.post(f"{settings.base_url}{token}/{method}", json=params,
-                                     timeout=aiohttp.ClientTimeout(total=15)) as resp:
-                    body = await resp.json(content_type=None)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-                return False, f"cannot reach {settings.base_url.split('/bot')[0]} ({type(e).__name__})"
-            if isinstance(body, dict) and body.get("ok"):
-                return True, body.get("result")
-            return False, str(body.get("description") if isinstance(body, dict) else resp.status).replace(token, "…")
-
-        ok, me = await call("getMe")
-        if not ok:
-            return [f"getMe failed ({me}); check [telegram] token (from @BotFather) and base_url"]
-        problems = []
-        for tenant, section in settings.tenants.items():
-            for chat_id in section.chat_ids:
-                ok, found = await call("getChat", chat_id=chat_id)
-                if not ok:
-                    problems.append(f"chat {chat_id} of tenant {tenant}: {found}; add @{me.get('username')} to "
-                                    "that chat or fix chat_ids")
-        if settings.mode == "webhook":
-            expected = settings.webhook_url or f"{app_settings.server.public_url}/bots/telegram/webhook"
-            ok, info = await call("getWebhookInfo")
-            if ok and info.get("url") != expected:
-                problems.append(f"Telegram delivers updates to {info.get('url') or 'no webhook'}, not {expected}; "
-                                "start handraise serve (it sets the webhook) or fix webhook_url/public_url")
-        return problems
+        return await doctor.check(settings, app_settings=app_settings, http=http)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._app: Application | None = None
         self._ready = asyncio.Event()
-        self.polling = False  # this instance holds the polling lock and polls
-        self._poll_error: TelegramError | None = None  # why polling cannot go on (a Forbidden getUpdates)
+        self._poller: TelegramPoller | None = None
+
+    @property
+    def polling(self) -> bool:
+        """Whether this instance holds the polling lock and polls."""
+        return self._poller is not None and self._poller.polling
 
     # -- configuration ---------------------------------------------------------
 
@@ -238,6 +135,8 @@ class TelegramConnector(ChatConnector):
         if settings.mode == "webhook":
             builder = builder.updater(None)
         app = builder.build()
+        if app.updater is not None:
+            self._poller = TelegramPoller(updater=app.updater, service=self.service, settings=settings, log=self.log)
         app.add_handler(CallbackQueryHandler(self._on_callback))
         app.add_handler(CommandHandler(["start", "id"], self._on_start))
         app.add_handler(MessageHandler(filters.REPLY & ~filters.COMMAND, self._on_reply))
@@ -260,7 +159,8 @@ class TelegramConnector(ChatConnector):
         if self.settings.mode == "webhook":
             await self.retry(self._register_webhook, what="telegram setWebhook")
             return
-        await self.run_forever(self._poll_while_leading, what="telegram polling")
+        assert self._poller is not None
+        await self.run_forever(self._poller.poll_while_leading, what="telegram polling")
 
     async def _register_webhook(self) -> None:
         assert self._app is not None
@@ -273,57 +173,7 @@ class TelegramConnector(ChatConnector):
         except BadRequest as e:
             # Telegram refuses the URL itself (not https, not public): retrying cannot help.
             self.log.error("telegram refused the webhook URL (%s); set telegram.webhook_url or server.public_url "
-                           "to a public https URL", _scrub(str(e), self.settings))
-
-    async def _poll_while_leading(self) -> None:
-        """Poll while this instance holds the lock; a standby keeps trying to take it over."""
-        assert self._app is not None and self._app.updater is not None
-        interval = self.settings.leader_check_seconds
-        if not await self.service.leadership(POLL_LOCK):
-            await asyncio.sleep(interval)
-            return
-        updater = self._app.updater
-        self._poll_error = None
-        try:
-            await updater.start_polling(timeout=self.settings.poll_timeout_seconds,
-                                        allowed_updates=["message", "callback_query"],
-                                        error_callback=self._on_poll_error)
-            self.polling = True
-            self.log.info("telegram polling: this instance polls")
-            while updater.running and await self.service.leadership_alive(POLL_LOCK):
-                died = self._polling_failure(updater)
-                if died is not None:
-                    # Holding the lock without polling would silence the bot on every instance.
-                    self.log.error("telegram polling stopped (%s); releasing the polling lock", died)
-                    raise ConnectorError(f"telegram polling stopped ({died})")
-                await asyncio.sleep(interval)
-            else:
-                self.log.warning("telegram polling: lost the polling lock; standing by")
-        finally:
-            self.polling = False
-            if updater.running:
-                await _stop_updater(updater)
-            await self.service.release_leadership(POLL_LOCK)
-
-    def _on_poll_error(self, error: TelegramError) -> None:
-        self.log.warning("telegram getUpdates failed: %s", _scrub(str(error), self.settings))
-        if isinstance(error, Forbidden):
-            # The token works no more for updates (a revoked bot): python-telegram-bot would retry forever.
-            self._poll_error = error
-
-    def _polling_failure(self, updater: Any) -> str | None:
-        """Why python-telegram-bot's polling ended on its own, or None while it polls.
-
-        An InvalidToken (401: a revoked token) ends its polling task while ``updater.running`` stays
-        True, and it offers no public way to see that: the task is read by its mangled name.
-        """
-        if self._poll_error is not None:
-            return type(self._poll_error).__name__
-        task = getattr(updater, "_Updater__polling_task", None)
-        if isinstance(task, asyncio.Task) and task.done():
-            error = None if task.cancelled() else task.exception()
-            return type(error).__name__ if error is not None else "its task ended"
-        return None
+                           "to a public https URL", scrub(str(e), self.settings))
 
     async def stop(self) -> None:
         await super().stop()
@@ -400,9 +250,7 @@ class TelegramConnector(ChatConnector):
         else:
             if self.offers_ratings(request):
                 # One row under the outcome; the question's message is the one place people rate from.
-                tokens = await self.rating_tokens(request)
-                markup = InlineKeyboardMarkup([[InlineKeyboardButton(str(n), callback_data=token)
-                                                for n, token in enumerate(tokens, start=1)]])
+                markup = rating_keyboard(await self.rating_tokens(request))
                 line += "\n" + wording.text("rate_prompt")
             text, _ = compose_text(request, hint="", outcome=line)
         try:
@@ -449,21 +297,18 @@ class TelegramConnector(ChatConnector):
         """The message text, its markup, and the form link it carries (if any)."""
         style = presentation(view)
         rows: list[list[InlineKeyboardButton]] = []
-        choices = button_choices(view) if style in ("approval", "boolean", "enum") else []
+        choices = button_choices(view)
         if choices:
             tokens = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
                                                             channel=self.name, values=[v for _, v in choices])
-            buttons = [InlineKeyboardButton(label, callback_data=token) for (label, _), token in zip(choices, tokens)]
-            per_row = 2 if all(len(label) <= 20 for label, _ in choices) else 1
-            rows = [buttons[i:i + per_row] for i in range(0, len(buttons), per_row)]
+            rows = answer_rows(choices, tokens)
         hint = hint_text(view, style, tz=self.timezone(view.tenant_id))
         text, cut = compose_text(view, hint=hint, outcome=None)
         wants_form = style in ("sensitive", "form_only", "form", "approval") or cut
         link = None
         if wants_form:
             link = await self._form_url(view, chat_id)
-            label = "Open form (add a reason)" if style == "approval" else "Open form"
-            rows.append([InlineKeyboardButton(label, url=link)])
+            rows.append(form_button(link, style))
         if style == "free_text" and not cut:
             # Selective: in a group, the reply field opens for the people the message addresses only.
             return text, ForceReply(selective=True, input_field_placeholder="Your answer"), None
@@ -509,19 +354,7 @@ class TelegramConnector(ChatConnector):
             raise self._wrap(e) from e
 
     def _wrap(self, error: TelegramError) -> ConnectorError:
-        """python-telegram-bot's failures, wrapped once: what to retry, when, and what is hopeless."""
-        message = _scrub(str(error), self.settings)
-        if isinstance(error, RetryAfter):
-            return ConnectorError(f"Telegram rate limit: {message}", retry_after=retry_seconds(error))
-        if isinstance(error, InvalidToken):
-            return ConnectorError("Telegram refused the bot token", permanent=True)
-        if isinstance(error, ChatMigrated):
-            return ConnectorError(f"the chat became supergroup {error.new_chat_id}: update chat_ids", permanent=True)
-        if isinstance(error, (BadRequest, Forbidden)):
-            return ConnectorError(f"Telegram: {message}", permanent=True)
-        if isinstance(error, (TimedOut, NetworkError, Conflict)):
-            return ConnectorError(f"Telegram unreachable: {message}")
-        return ConnectorError(f"Telegram: {message}")
+        return wrap(error, self.settings)
 
     # -- inbound ---------------------------------------------------------------
 
@@ -616,7 +449,7 @@ class TelegramConnector(ChatConnector):
                 return bool(await message.delete())
         except TelegramError as e:
             # Without the right to delete others' messages in a group, Telegram refuses.
-            self.log.warning("could not delete a chat reply: %s", _scrub(str(e), self.settings))
+            self.log.warning("could not delete a chat reply: %s", scrub(str(e), self.settings))
         return False
 
     async def _answer_query(self, query: Any, text: str, *, alert: bool = False) -> None:
@@ -629,7 +462,7 @@ class TelegramConnector(ChatConnector):
         except RetryAfter as e:
             self.log.warning("telegram rate limit on a notice; dropped (retry after %.0fs)", retry_seconds(e))
         except TelegramError as e:
-            self.log.warning("telegram notice failed: %s", _scrub(str(e), self.settings))
+            self.log.warning("telegram notice failed: %s", scrub(str(e), self.settings))
         return None
 
     async def _on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -687,18 +520,6 @@ class TelegramConnector(ChatConnector):
                        exc_info=(type(error), error, error.__traceback__) if error else None)
 
 
-async def _stop_updater(updater: Any) -> None:
-    try:
-        await updater.stop()
-    except Exception:
-        # Its polling task died with an error (InvalidToken): stop() re-raises it before forgetting the task
-        # and clearing its stop event, and with that event still set the next start_polling would spin
-        # without polling. Forget both here, as stop() would have.
-        if getattr(updater, "_Updater__polling_task", None) is not None:
-            updater._Updater__polling_task = None
-            updater._Updater__polling_task_stop_event.clear()
-
-
 def sender_of(user: Any) -> Sender:
     """A Telegram user as core's Sender: ``telegram:<id>``, shown as "Alice Smith (@alice)"."""
     name = " ".join(p for p in (user.first_name, user.last_name) if p) or f"user {user.id}"
@@ -709,107 +530,3 @@ def sender_of(user: Any) -> Sender:
 
 async def _none() -> None:
     return None
-
-
-# -- presentation (pure functions, shared by deliver and withdraw) --------------
-
-
-def presentation(view: RequestView) -> str:
-    """How a request is asked in Telegram: sensitive, form_only, approval, boolean, enum, free_text or form."""
-    if view.sensitive:
-        return "sensitive"
-    if wording.form_only(view):
-        return "form_only"
-    if view.kind == "approval":
-        return "approval"
-    schema = view.schema
-    if schema is None:
-        return "free_text"
-    if schema.get("type") == "boolean":
-        return "boolean"
-    spec = fields(schema)[0] if schema.get("type") != "object" else None
-    if spec is not None and spec.widget == "enum" and len(spec.choices) <= MAX_BUTTON_CHOICES:
-        return "enum"
-    return "form"
-
-
-def button_choices(view: RequestView) -> list[tuple[str, Any]]:
-    """(label, value) of the buttons that answer directly."""
-    style = presentation(view)
-    if style == "approval":
-        return [("✅ Approve", {"decision": "approve"}), ("❌ Reject", {"decision": "reject"})]
-    if style == "boolean":
-        return [("Yes", True), ("No", False)]
-    if style == "enum":
-        # A labelled choice shows its title; the answer holds the value.
-        spec = fields(view.schema)[0]
-        return [(_label(spec.choice_title(v)), v) for v in spec.choices]
-    return []
-
-
-def hint_text(view: RequestView, style: str, *, tz: dt.tzinfo = dt.UTC) -> str:
-    until = wording.deadline(view, tz)
-    if style in ("sensitive", "form_only"):
-        return f"Open the form to answer. {until}" if style == "form_only" else until
-    if style == "approval":
-        proposed = wording.proposal_text(view)
-        return (f"{proposed}\n" if proposed else "") + f"Tap Approve or Reject, or {wording.how_to_reply(view)}. {until}"
-    if style in ("boolean", "enum"):
-        return f"Tap your answer. {until}"
-    if style == "free_text":
-        return f"Reply to this message with your answer. {until}"
-    if view.schema is not None and view.schema.get("type") == "object":
-        lines = [f"• {line}" for line in wording.field_lines(view)]
-        return f"To answer, {wording.how_to_reply(view)}, or open the form.\n" + "\n".join(lines) + f"\n{until}"
-    return f"To answer, {wording.how_to_reply(view)}, or open the form. {until}"
-
-
-def compose_text(view: RequestView, *, hint: str, outcome: str | None) -> tuple[str, bool]:
-    """The message text within Telegram's limit; True when the question had to be cut."""
-    body = SENSITIVE_TEXT if view.sensitive else view.message_for_user
-    tail_parts = [p for p in (outcome if outcome is not None else hint,) if p]
-    tail = "\n\n" + "\n".join(tail_parts) if tail_parts else ""
-    if utf16_len(body) + utf16_len(tail) <= MAX_TEXT:
-        return body + tail, False
-    note = "\n\n" + CUT_NOTE
-    room = MAX_TEXT - utf16_len(tail) - utf16_len(note) - 1
-    if room < 200:  # an enormous hint (a long form): keep the question, shorten the hint
-        tail = cut_utf16(tail, MAX_TEXT // 2) + "…"
-        room = MAX_TEXT - utf16_len(tail) - utf16_len(note) - 1
-    return cut_utf16(body, room) + "…" + note + tail, True
-
-
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def cut_utf16(text: str, limit: int) -> str:
-    """The longest prefix of ``text`` within ``limit`` UTF-16 code units, never splitting a character."""
-    if utf16_len(text) <= limit:
-        return text
-    out, used = [], 0
-    for ch in text:
-        size = 2 if ord(ch) > 0xFFFF else 1
-        if used + size > limit:
-            break
-        out.append(ch)
-        used += size
-    return "".join(out)
-
-
-def retry_seconds(error: RetryAfter) -> float:
-    # An int or a timedelta depending on PTB_TIMEDELTA; reading the int form warns.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        period = error.retry_after
-    return period.total_seconds() if isinstance(period, dt.timedelta) else float(period)
-
-
-def _label(text: str) -> str:
-    return text if len(text) <= 60 else text[:59] + "…"
-
-
-def _scrub(text: str, settings: TelegramSettings) -> str:
-    """An error text safe to show and journal: no bot token, no one-time link token."""
-    text = text.replace(settings.token.get_secret_value(), "<token>")
-    return redact(_FORM_TOKEN.sub("/f/…", text))
