@@ -12,8 +12,10 @@ reads a hash.
 
 Each round runs every operation once on each database, alternating, through the real service and
 store in this process (no HTTP): create, submit (answer the request just created), wait (on an
-answered request: one read), list pending (the first page, 100), run bundle (a run of ten requests
-with its journal), and the sweeper's two queries (overdue requests, held sensitive answers). The
+answered request: one read), list pending (the first page, 100), a deep page of the whole list
+(the 100 requests after a cursor at the middle of the table: keyset, so it costs what the first
+does), run bundle (a run of ten requests with its journal), and the sweeper's two queries (overdue
+requests, held sensitive answers). The
 table gives medians, and "x" is the large database's over the baseline's. ``--plans`` writes EXPLAIN (ANALYZE) of each hot
 query on the filled PostgreSQL database and SQLite's EXPLAIN QUERY PLAN.
 """
@@ -142,8 +144,8 @@ async def fill(url: str, rows: int, *, pending: int = 0) -> float:
 class Target:
     """One database with the real service and store on it."""
 
-    def __init__(self, url: str, tmp: Path, name: str) -> None:
-        self.url, self.tmp, self.name = url, tmp, name
+    def __init__(self, url: str, tmp: Path, name: str, rows: int) -> None:
+        self.url, self.tmp, self.name, self.rows = url, tmp, name, rows
 
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[Target]:
@@ -162,9 +164,21 @@ class Target:
         self.annotations = AnnotationService(settings=settings, store=self.store, bus=bus)
         await self.store.open()
         try:
+            self.deep_cursor = await self._middle_cursor()
             yield self
         finally:
             await self.store.close()
+
+
+    async def _middle_cursor(self) -> str | None:
+        """A cursor at the middle row of the whole list, as a client paging from the start would hold."""
+        from handraise.core.cursors import KEY_PURPOSE, CursorSigner, Position
+
+        row = await self.store.get_request(TENANT, f"req_fill{self.rows // 2:08d}")
+        if row is None:  # not filled yet
+            return None
+        return CursorSigner(self.store.secret.key(KEY_PURPOSE)).encode(
+            Position(row["created_at"], row["id"]), scope={"tenant": TENANT, "status": None, "run_id": None})
 
 
 async def _ops(t: Target, run: str, i: int) -> dict[str, float]:
@@ -185,17 +199,21 @@ async def _ops(t: Target, run: str, i: int) -> dict[str, float]:
     t3 = time.perf_counter()
     await s.list(tenant_id=TENANT, status="pending", limit=100)
     t4 = time.perf_counter()
+    views, _ = await s.page(tenant_id=TENANT, cursor=t.deep_cursor, limit=100)
+    assert len(views) == 100
+    t4b = time.perf_counter()
     await t.annotations.bundle(tenant_id=TENANT, run_id=f"run-fill-{(i * 7919) % (BASELINE_ROWS // RUN_SIZE)}")
     t5 = time.perf_counter()
     now = time.time()
     await t.store.overdue_requests(now)
     await t.store.uncollected_sensitive(resolved_before=now - 3600, delivered_before=now - 30)
     t6 = time.perf_counter()
-    out.update(create=t1 - t0, submit=t2 - t1, wait=t3 - t2, list_pending=t4 - t3, bundle=t5 - t4, sweeper=t6 - t5)
+    out.update(create=t1 - t0, submit=t2 - t1, wait=t3 - t2, list_pending=t4 - t3, deep_page=t4b - t4,
+               bundle=t5 - t4b, sweeper=t6 - t5)
     return out
 
 
-OPS = ["create", "submit", "wait", "list_pending", "bundle", "sweeper"]
+OPS = ["create", "submit", "wait", "list_pending", "deep_page", "bundle", "sweeper"]
 
 
 async def measure(store: str, rows: int, rounds: int, tmp: Path, plans: list[str]) -> dict[str, Any]:
@@ -205,8 +223,8 @@ async def measure(store: str, rows: int, rounds: int, tmp: Path, plans: list[str
         else:
             empty_url = await stack.enter_async_context(postgres_url())
             full_url = await stack.enter_async_context(postgres_url())
-        empty_target = Target(empty_url, tmp, f"{store}-empty")
-        full_target = Target(full_url, tmp, f"{store}-full")
+        empty_target = Target(empty_url, tmp, f"{store}-empty", BASELINE_ROWS)
+        full_target = Target(full_url, tmp, f"{store}-full", rows)
         for target in (empty_target, full_target):
             async with target.opened():
                 pass  # migrated
@@ -244,6 +262,8 @@ async def explain(store: str, url: str) -> str:
                                                                       "tenant_id": TENANT}),
         "list pending, first page": (st.list_requests_statement(TENANT, status="pending", run_id=None, limit=100),
                                      {}),
+        "a deep page of the whole list (cursor at the middle)": (st.list_requests_statement(
+            TENANT, status=None, run_id=None, limit=101, after=(time.time() - 86400 * 15, "req_fill00500000")), {}),
         "requests of a run (bundle)": (st.list_requests_statement(TENANT, status=None, run_id="run-fill-50000",
                                                                   limit=10000), {}),
         "journal of a run (bundle)": (st.journal_t.select().where(st.journal_t.c.tenant_id == TENANT,

@@ -31,6 +31,8 @@ from handraise.core.api import (
 from handraise.core.attempts import AttemptLimiter
 from handraise.core.canonical import canonical_json
 from handraise.core.config import Settings
+from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
+from handraise.core.cursors import CursorSigner, Position
 from handraise.core.errors import (
     AlreadyAnsweredError,
     ConflictError,
@@ -76,6 +78,7 @@ class RequestService:
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
         self._purges: set[asyncio.Task[None]] = set()
         self._sealer: Sealer | None = None
+        self._cursors: CursorSigner | None = None
         self._pruned_at = float("-inf")
         limits = settings.limits
         self.attempts = AttemptLimiter(max_failures=limits.max_failed_attempts,
@@ -233,6 +236,21 @@ class RequestService:
                    limit: int = 100) -> list[RequestView]:
         rows = await self.store.list_requests(tenant_id, status=status, run_id=run_id, limit=limit)
         return [RequestView.from_row(r) for r in rows]
+
+    async def page(self, *, tenant_id: str, status: str | None = None, run_id: str | None = None,
+                   cursor: str | None = None, limit: int = 100) -> tuple[list[RequestView], str | None]:
+        """One page of the tenant's requests, oldest first, after ``cursor``; and the next page's cursor
+        (None on the last). Rows created while a client pages appear once, on a later page, or not at all."""
+        if self._cursors is None:
+            self._cursors = CursorSigner(self.store.secret.key(CURSOR_KEY_PURPOSE))
+        scope = {"tenant": tenant_id, "status": status, "run_id": run_id}
+        after = self._cursors.decode(cursor, scope=scope) if cursor is not None else None
+        rows = await self.store.list_requests(tenant_id, status=status, run_id=run_id, limit=limit + 1,
+                                              after=None if after is None else (after.created_at, after.id))
+        more = len(rows) > limit
+        views = [RequestView.from_row(r) for r in rows[:limit]]
+        last = views[-1] if more else None
+        return views, None if last is None else self._cursors.encode(Position(last.created_at, last.id), scope=scope)
 
     async def _settle(self, view: RequestView) -> RequestView:
         """A pending request past its deadline is expired now rather than shown as pending."""

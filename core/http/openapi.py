@@ -117,9 +117,11 @@ PATHS: dict[str, dict[str, Any]] = {
                     ok={"201": _json(RequestRecord, "Created"),
                         "200": _json(RequestRecord, "Same unique_id, same body")},
                     errors=(400, 401, 403, 409, 413, 422)),
-        "get": _op("List this tenant's requests, newest first", scopes=["read", "ask"], query=ListRequestsQuery,
-                   ok={"200": _json({"type": "object", "required": ["requests"], "properties": {
-                       "requests": {"type": "array", "items": _REQUEST}}}, "Requests")},
+        "get": _op("List this tenant's requests, oldest first, a page at a time (next_cursor: the next page)",
+                   scopes=["read", "ask"], query=ListRequestsQuery,
+                   ok={"200": _json({"type": "object", "required": ["requests", "next_cursor"], "properties": {
+                       "requests": {"type": "array", "items": _REQUEST},
+                       "next_cursor": {"type": ["string", "null"]}}}, "A page of requests")},
                    errors=(400, 401, 403)),
     },
     "/v1/requests/{id}": {"get": _op("A request as it stands", scopes=["ask", "read"], params=[_ID],

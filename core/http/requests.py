@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from handraise.core.api import Id, LinkBody, RequestView, Status, SubmitBody, parse_body
 from handraise.core.appkeys import ADMISSION, KEYRING, SERVICE, SETTINGS
 from handraise.core.canonical import canonical_json
+from handraise.core.cursors import MAX_CURSOR_CHARS
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
 
@@ -25,13 +26,17 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 
 class ListRequestsQuery(BaseModel):
-    """``GET /v1/requests``: newest first, filtered by status and run."""
+    """``GET /v1/requests``: oldest first, filtered by status and run, a page after ``cursor``."""
 
     model_config = ConfigDict(title="ListRequestsQuery")
 
     status: Status | None = None
     run_id: Id | None = None
     limit: int = Field(default=100, ge=1, le=500)
+    cursor: str | None = Field(default=None, min_length=1, max_length=MAX_CURSOR_CHARS,
+                               pattern=r"^[A-Za-z0-9_.-]+$",
+                               description="next_cursor of the previous page, as given, with the same "
+                                           "status and run_id")
 
 
 class WaitQuery(BaseModel):
@@ -87,10 +92,12 @@ async def create_request(request: web.Request) -> web.StreamResponse:
 async def list_requests(request: web.Request) -> web.StreamResponse:
     principal = await request.app[KEYRING].authorize(request, "read", "ask")
     query = parse_query(request, ListRequestsQuery)
-    views = await request.app[SERVICE].list(tenant_id=principal.tenant_id, status=query.status,
-                                            run_id=query.run_id, limit=query.limit)
+    views, next_cursor = await request.app[SERVICE].page(tenant_id=principal.tenant_id, status=query.status,
+                                                         run_id=query.run_id, cursor=query.cursor,
+                                                         limit=query.limit)
     # A list never carries a sensitive response, whoever asks: it is not how an agent collects its answer.
-    return web.json_response({"requests": [v.event_json() for v in views]}, headers=NO_STORE)
+    return web.json_response({"requests": [v.event_json() for v in views], "next_cursor": next_cursor},
+                             headers=NO_STORE)
 
 
 @routes.get("/v1/requests/{id}")

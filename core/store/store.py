@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import and_, bindparam, exists, insert, select, text, union, update
+from sqlalchemy import and_, bindparam, exists, insert, or_, select, text, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
@@ -205,15 +205,23 @@ def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
     return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
 
 
-def list_requests_statement(tenant_id: str, *, status: str | None, run_id: str | None, limit: int) -> Any:
-    """Oldest first. Served by an index whichever filter is given (migration 0009): (tenant, created),
-    (tenant, status, created) or (tenant, run, created); the first page costs the same at a million rows."""
+def list_requests_statement(tenant_id: str, *, status: str | None, run_id: str | None, limit: int,
+                            after: tuple[float, str] | None = None) -> Any:
+    """Oldest first, in (created_at, id) order, from ``after`` on (a keyset page: no OFFSET). Served by
+    an index whichever filter is given (migration 0009): (tenant, created), (tenant, status, created) or
+    (tenant, run, created); a page costs the same at a million rows, first or deep. Ids break ties of
+    equal times, so the order is total and a page boundary never skips or repeats a row."""
     stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id)
     if status is not None:
         stmt = stmt.where(requests_t.c.status == status)
     if run_id is not None:
         stmt = stmt.where(requests_t.c.run_id == run_id)
-    return stmt.order_by(requests_t.c.created_at).limit(limit)
+    if after is not None:
+        created_at, request_id = after
+        # The >= bound is what the index range starts from; the OR then drops the rows up to the cursor.
+        stmt = stmt.where(requests_t.c.created_at >= created_at,
+                          or_(requests_t.c.created_at > created_at, requests_t.c.id > request_id))
+    return stmt.order_by(requests_t.c.created_at, requests_t.c.id).limit(limit)
 
 
 def overdue_statement(now: float, *, limit: int) -> Any:
@@ -540,9 +548,9 @@ class Store:
         return (NOTIFY_CHANNEL, payload) if payload is not None and self.is_postgres else None
 
     async def list_requests(self, tenant_id: str, *, status: str | None = None, run_id: str | None = None,
-                            limit: int = 100) -> list[dict[str, Any]]:
+                            limit: int = 100, after: tuple[float, str] | None = None) -> list[dict[str, Any]]:
         return await self._read(all_rows, list_requests_statement(tenant_id, status=status, run_id=run_id,
-                                                                  limit=limit))
+                                                                  limit=limit, after=after))
 
     async def resolve_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str,
                               now: float, values: Mapping[str, Any], require_unexpired: bool) -> bool:

@@ -91,6 +91,17 @@ class Plans:
         return Plan(call_flow(Call("GET", f"/v1/requests/{request_id}"), policy=self.policy),
                     RequestRecord.model_validate)
 
+    def page(self, *, status: str | None, run_id: str | None, cursor: str | None,
+             limit: int) -> Plan[tuple[list[RequestRecord], str | None]]:
+        """One page of ``GET /v1/requests``: its records and the next page's cursor (None: the last)."""
+        params = {"limit": str(limit)}
+        for name, value in (("status", status), ("run_id", run_id), ("cursor", cursor)):
+            if value is not None:
+                params[name] = value
+        return Plan(call_flow(Call("GET", "/v1/requests", params=params), policy=self.policy),
+                    lambda body: ([RequestRecord.model_validate(r) for r in body["requests"]],
+                                  body.get("next_cursor")))
+
     def cancel(self, request_id: str) -> Plan[RequestRecord]:
         flow = call_flow(Call("POST", f"/v1/requests/{request_id}/cancel"), policy=self.policy, idempotent=False)
         return Plan(flow, RequestRecord.model_validate)

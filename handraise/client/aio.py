@@ -121,6 +121,23 @@ class AsyncHandraise:
     async def get(self, request_id: str) -> RequestRecord:
         return await self._run(self._plans.get(request_id))
 
+    async def requests(self, *, status: str | None = None, run_id: str | None = None,
+                       page_size: int = 100) -> AsyncIterator[RequestRecord]:
+        """This tenant's requests, oldest first (``read`` or ``ask`` scope), fetched a page at a time::
+
+            async for record in hr.requests(status="pending"): ...
+
+        Each request appears once even while others are being created; those may appear at the end.
+        """
+        cursor: str | None = None
+        while True:
+            records, cursor = await self._run(self._plans.page(status=status, run_id=run_id, cursor=cursor,
+                                                               limit=page_size))
+            for record in records:
+                yield record
+            if cursor is None:
+                return
+
     async def cancel(self, request_id: str) -> RequestRecord:
         return await self._run(self._plans.cancel(request_id))
 

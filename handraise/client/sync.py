@@ -120,6 +120,20 @@ class Handraise:
     def get(self, request_id: str) -> RequestRecord:
         return self._run(self._plans.get(request_id))
 
+    def requests(self, *, status: str | None = None, run_id: str | None = None,
+                 page_size: int = 100) -> Iterator[RequestRecord]:
+        """This tenant's requests, oldest first (``read`` or ``ask`` scope), fetched a page at a time.
+
+        Each request appears once even while others are being created; those may appear at the end.
+        """
+        cursor: str | None = None
+        while True:
+            records, cursor = self._run(self._plans.page(status=status, run_id=run_id, cursor=cursor,
+                                                         limit=page_size))
+            yield from records
+            if cursor is None:
+                return
+
     def cancel(self, request_id: str) -> RequestRecord:
         return self._run(self._plans.cancel(request_id))
 

@@ -284,6 +284,17 @@ def test_an_unreachable_server_is_retried_a_bounded_number_of_times() -> None:
             hr.ask("Nobody home", timeout=1)
 
 
+def test_requests_iterates_every_page_once(agent: Handraise, operator: Handraise) -> None:
+    run = new_unique_id("pages")
+    made = [agent.create("Paged?", unique_id=new_unique_id("page"), timeout=60, run_id=run) for _ in range(7)]
+    operator.submit(made[2].unique_id, "yes")
+    listed = list(agent.requests(run_id=run, page_size=3))
+    assert [r.id for r in listed] == [r.id for r in made]
+    assert [r.unique_id for r in operator.requests(run_id=run, status="answered", page_size=1)] == [made[2].unique_id]
+    with pytest.raises(InvalidRequest):
+        next(agent.requests(page_size=0))
+
+
 # -- the async client, the same server ----------------------------------------------------------
 
 
@@ -303,6 +314,13 @@ async def test_async_ask_approve_and_form(live_server: LiveServer) -> None:
             await asyncio.wait_for(ready.wait(), 30)
             assert check(await call(uid))
             assert (await asyncio.wait_for(human, 30)).status == "answered"
+
+
+async def test_async_requests_iterates_every_page_once(live_server: LiveServer) -> None:
+    run = new_unique_id("apages")
+    async with AsyncHandraise(live_server.url, AGENT_KEY) as hr:
+        made = [await hr.create("Paged?", unique_id=new_unique_id("apage"), timeout=60, run_id=run) for _ in range(5)]
+        assert [r.id async for r in hr.requests(run_id=run, page_size=2)] == [r.id for r in made]
 
 
 async def test_async_errors(live_server: LiveServer) -> None:
