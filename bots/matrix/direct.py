@@ -1,0 +1,127 @@
+"""Direct messages from the bot: a person's own form link (asked for with 📝), a refusal told privately,
+and the direct room the bot keeps with each person (its ``m.direct`` account data, so clients show a DM)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import urllib.parse
+from typing import Any
+
+from nio import RoomCreateResponse, RoomGetStateEventResponse
+from nio.api import RoomPreset
+
+from handraise.bots.matrix.cards import link_closed_content, link_content, private_notice
+from handraise.bots.matrix.homeserver import HomeserverCalls
+from handraise.core import wording
+from handraise.core.api import RequestView
+from handraise.core.chat import Sender
+from handraise.core.connectors import AnswerOutcome
+from handraise.core.errors import ConnectorError
+
+# Durable state: person -> the direct room the bot opened with them (for personal form links).
+DIRECT_ROOMS = "matrix.direct"
+# Durable state: request id -> the [room, event] of each direct message that carried a form link.
+LINKS_SENT = "matrix.links"
+
+
+class DirectMessages(HomeserverCalls):
+    """What the bot says to one person alone, in the direct room it keeps with them."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._direct_locks: dict[str, asyncio.Lock] = {}
+
+    async def _on_link_asked(self, sender: Sender, *, tenant_id: str, request_id: str) -> None:
+        """A 📝 on a card: the person's own one-time form link, by direct message (allowlisted people only)."""
+        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
+                                           recipient=sender.principal)
+        if outcome.code == "not_authorized":
+            await self._tell_stranger(outcome, sender)
+            return
+        if outcome.url is None:
+            if outcome.code != "not_found":
+                await self._send_direct(sender.user_id, private_notice(outcome.message), what="a closed notice")
+            return
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        room, sent = await self._send_direct(sender.user_id, link_content(outcome.url, view,
+                                                                          tz=self.timezone(tenant_id)),
+                                             what="a personal form link")
+        # Kept so that withdraw edits the link away when the request ends.
+        kept = json.loads(await self.service.get_state(LINKS_SENT, request_id) or "[]")
+        kept.append([room, sent])
+        await self.service.set_state(LINKS_SENT, request_id, json.dumps(kept))
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if view.terminal:  # ended while the link was on its way: withdraw has run already
+            await self._close_links(view, await self.outcome_of(view))
+        self.log.info("matrix: personal form link sent", extra={"request_id": request_id})
+
+    async def _tell_stranger(self, outcome: AnswerOutcome, sender: Sender) -> None:
+        """Someone not on the allowlist: told once per request, privately; the room hears nothing."""
+        if outcome.view is None or not await self.first_time_told(outcome.view, sender):
+            return
+        try:
+            await self._send_direct(sender.user_id, private_notice(outcome.message), what="a refusal")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not tell a stranger privately (%s)", e.message)
+
+    async def _send_direct(self, user_id: str, content: dict[str, Any], *, what: str) -> tuple[str, str]:
+        """Send ``content`` to one person in a direct room with them: (room, event)."""
+        async with self._direct_locks.setdefault(user_id, asyncio.Lock()):
+            room_id = await self._direct_room(user_id)
+        return room_id, await self._send(room_id, "m.room.message", content, what=f"send {what} to {user_id}")
+
+    async def _direct_room(self, user_id: str) -> str:
+        """The bot's direct room with ``user_id``: one it made before (kept here and in the bot's
+        ``m.direct``) where the person still is or is invited, else a new one, marked in ``m.direct``."""
+        direct = await self._account_data("m.direct")
+        known = await self.service.get_state(DIRECT_ROOMS, user_id[:200])
+        candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str)]
+        for room_id in dict.fromkeys(candidates):
+            if await self._still_there(room_id, user_id):
+                if known != room_id:
+                    await self.service.set_state(DIRECT_ROOMS, user_id[:200], room_id)
+                return room_id
+        created = await self._call(self.client.room_create(is_direct=True, invite=[user_id],
+                                                           preset=RoomPreset.trusted_private_chat),
+                                   RoomCreateResponse, f"open a direct room with {user_id}")
+        direct[user_id] = [*[r for r in direct.get(user_id) or [] if isinstance(r, str)], created.room_id]
+        await self._put_account_data("m.direct", direct)
+        await self.service.set_state(DIRECT_ROOMS, user_id[:200], created.room_id)
+        self.log.info("matrix: opened a direct room", extra={"room_id": created.room_id})
+        return created.room_id
+
+    async def _still_there(self, room_id: str, user_id: str) -> bool:
+        response = await self.client.room_get_state_event(room_id, "m.room.member", user_id)
+        return isinstance(response, RoomGetStateEventResponse) and \
+            (response.content or {}).get("membership") in ("join", "invite")
+
+    async def _account_data(self, event_type: str) -> dict[str, Any]:
+        status, body = await self._raw("GET", self._account_data_path(event_type))
+        if status == 404:
+            return {}
+        if status != 200 or not isinstance(body, dict):
+            raise ConnectorError(f"matrix: could not read {event_type} ({status})")
+        return body
+
+    async def _put_account_data(self, event_type: str, content: dict[str, Any]) -> None:
+        status, _ = await self._raw("PUT", self._account_data_path(event_type), content)
+        if status != 200:
+            raise ConnectorError(f"matrix: could not write {event_type} ({status})")
+
+    def _account_data_path(self, event_type: str) -> str:
+        return (f"/_matrix/client/v3/user/{urllib.parse.quote(self.settings.user_id, safe='')}/account_data/"
+                f"{urllib.parse.quote(event_type, safe='')}")
+
+    async def _close_links(self, view: RequestView, outcome: wording.Outcome) -> None:
+        """The direct messages that carried a personal link lose it: the request is over."""
+        kept = await self.service.get_state(LINKS_SENT, view.id)
+        for room_id, event_id in json.loads(kept or "[]"):
+            txn = f"handraise.linkend.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}"
+            try:
+                await self._send(room_id, "m.room.message", link_closed_content(view, event_id=event_id,
+                                                                                outcome=outcome),
+                                 what="edit a personal link away", txn_id=txn)
+            except ConnectorError as e:  # the person left the room: nothing to edit there
+                self.log.info("matrix: a personal link message kept its text (%s)", e.message)
