@@ -193,7 +193,7 @@ async def _ops(t: Target, run: str, i: int) -> dict[str, float]:
     view, _ = await s.create(tenant_id=TENANT, principal="agent:bench-agent", body=body)
     t1 = time.perf_counter()
     await s.submit(tenant_id=TENANT, unique_id=body.unique_id, response="123456", principal="operator:bench-operator",
-                   via="api")
+                   channel="api")
     t2 = time.perf_counter()
     await s.wait(tenant_id=TENANT, request_id=view.id, timeout=0)
     t3 = time.perf_counter()

@@ -248,11 +248,11 @@ class AnnotationService:
     # -- record ----------------------------------------------------------------
 
     async def record(self, *, tenant_id: str, run_id: str, principal: str, body: AnnotationBody | Mapping[str, Any],
-                     via: str = "api") -> dict[str, Any]:
+                     channel: str = "api") -> dict[str, Any]:
         """Validate, redact, persist and announce one annotation; returns the stored Annotation.
 
         ``principal`` is who acts (``operator:<key id>``, ``telegram:<user id>`` …): never taken from the
-        body. ``via`` names the channel in the journal. Raises CapabilityNotProvidedError (501),
+        body. ``channel`` is the journal's channel (how the annotation arrived). Raises CapabilityNotProvidedError (501),
         ValidationFailedError (422), ForbiddenError (403, superseding another
         actor's annotation), ConflictError (409, the superseded annotation was superseded already).
         """
@@ -282,7 +282,7 @@ class AnnotationService:
                 # never goes backwards along seq.
                 entry = await self.store.append_journal(
                     conn, tenant_id=tenant_id, event="annotation_recorded", run_id=run_id, principal=principal,
-                    channel=via, data=_journal_data(row))
+                    channel=channel, data=_journal_data(row))
                 row["created_at"] = self.clock()
                 # An annotation on a run nobody registered makes the run (tenant-scoped, unregistered).
                 await self.store.runs.ensure(conn, tenant_id=tenant_id, run_id=run_id, principal=principal,
@@ -299,7 +299,7 @@ class AnnotationService:
                                 "supersede the newest annotation of its chain") from None
         annotation = annotation_json(row)
         log.info("annotation recorded", extra={"annotation_id": row["annotation_id"], "tenant_id": tenant_id,
-                                               "run_id": run_id, "kind": signal.kind, "via": via})
+                                               "run_id": run_id, "kind": signal.kind, "channel": channel})
         self.bus.publish(Event(RUN_ANNOTATED, tenant_id, row["annotation_id"], annotation, run_id, seq=entry.seq))
         return annotation
 

@@ -18,7 +18,7 @@ Kind = Literal["input", "approval", "choice"]
 Status = Literal["pending", "answered", "expired", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"answered", "expired", "cancelled"})
 # ``answered_via`` of a request its ``on_timeout`` policy resolved (reject, or the default answer).
-TIMEOUT_VIA = "timeout"
+TIMEOUT_CHANNEL = "timeout"
 
 
 def url_host(url: str) -> str:
@@ -241,7 +241,7 @@ class RequestView:
     response: Any = None
     response_purged: bool = False
     resolved_by: str | None = None
-    resolved_via: str | None = None
+    resolved_channel: str | None = None
     resolved_at: float | None = None
     deliveries: list[DeliveryView] = field(default_factory=list)
     # When a person first opened its hosted form, and first tried to answer (a refused attempt).
@@ -268,7 +268,7 @@ class RequestView:
     @property
     def timed_out(self) -> bool:
         """The deadline ended it: expired, or resolved by its ``on_timeout`` policy (nobody answered)."""
-        return self.status == "expired" or (self.status == "answered" and self.resolved_via == TIMEOUT_VIA)
+        return self.status == "expired" or (self.status == "answered" and self.resolved_channel == TIMEOUT_CHANNEL)
 
     @property
     def has_response(self) -> bool:
@@ -285,7 +285,7 @@ class RequestView:
             created_by=row["created_by"],
             response=json.loads(row["response_json"]) if row["response_json"] is not None else None,
             response_purged=bool(row["response_purged"]),
-            resolved_by=row["resolved_by"], resolved_via=row["resolved_via"], resolved_at=row["resolved_at"],
+            resolved_by=row["resolved_by"], resolved_channel=row["resolved_via"], resolved_at=row["resolved_at"],
             deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
                                      d["updated_at"]) for d in (deliveries or [])],
             opened_at=row.get("opened_at"), interacted_at=row.get("interacted_at"),
@@ -323,7 +323,7 @@ class RequestView:
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
-            out["answered_via"] = self.resolved_via
+            out["answered_via"] = self.resolved_channel
             if include_response and not self.response_purged:
                 out["response"] = self.response
             if self.response_purged:
@@ -358,7 +358,7 @@ class LinkView:
         return self.principal or f"link:{self.id}"
 
     @property
-    def via(self) -> str:
+    def channel(self) -> str:
         """The channel an answer through it counts for: the person's messenger, else the web form."""
         kind = self.principal.partition(":")[0] if self.principal else "web"
         return "web" if kind == "person" else kind

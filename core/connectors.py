@@ -251,7 +251,7 @@ class Connector(ABC):
             return _said("not_authorized")
         try:
             view = await self.service.submit(tenant_id=tenant_id, request_id=request_id, response=response,
-                                             principal=principal, via=self.name)
+                                             principal=principal, channel=self.name)
         except InvalidAnswerError as e:
             return AnswerOutcome("invalid", invalid_answer_text(e), problems=tuple(e.fields))
         except NotAssignedError:
@@ -317,7 +317,7 @@ class Connector(ABC):
                 body["supersedes"] = previous
             try:
                 annotation = await self.annotations.record(tenant_id=tenant_id, run_id=view.run_id,
-                                                           principal=principal, body=body, via=self.name)
+                                                           principal=principal, body=body, channel=self.name)
             except ConflictError:
                 # A simultaneous tap (here or on another instance) superseded it first: follow the chain.
                 assert previous is not None

@@ -165,12 +165,12 @@ class InboxAccess:
     # -- what the inbox lists (read-only; answers go through the lifecycle service) ----------
 
     async def requests(self, session: InboxSession, *, statuses: tuple[str, ...], run_id: str | None = None,
-                       via: str | None = None, created_by: str | None = None, since: float | None = None,
+                       channel: str | None = None, created_by: str | None = None, since: float | None = None,
                        until: float | None = None, offset: int = 0, limit: int = 50) -> list[RequestView]:
         """The session's tenant's requests, newest first, each with its deliveries."""
         pending_only = statuses == ("pending",)
         rows = await self.store.inbox.requests_page(
-            session.tenant_id, statuses=statuses, run_id=run_id, via=via, created_by=created_by, since=since,
+            session.tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by, since=since,
             until=until, unexpired_at=self.clock() if pending_only else None, offset=offset, limit=limit)
         deliveries = await self.store.deliveries_for_many(session.tenant_id, [r["id"] for r in rows])
         return [RequestView.from_row(r, deliveries=deliveries.get(r["id"], [])) for r in rows]

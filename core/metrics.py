@@ -70,8 +70,8 @@ class Metrics:
             self.requests_created.inc()
         elif ev.type == REQUEST_RESOLVED:
             status = str(ev.data.get("status", "unknown"))
-            via = {"expired": "timeout", "cancelled": "api"}.get(status) or str(ev.data.get("answered_via") or "")
-            self.requests_resolved.labels(status, via or "unknown").inc()
+            channel = {"expired": "timeout", "cancelled": "api"}.get(status) or str(ev.data.get("answered_via") or "")
+            self.requests_resolved.labels(status, channel or "unknown").inc()
         elif ev.type == RUN_ANNOTATED:
             signal = ev.data.get("signal")
             kind = signal.get("kind") if isinstance(signal, dict) else None

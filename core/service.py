@@ -20,7 +20,7 @@ from typing import Any
 
 from handraise.core import callbacks, proposals, timeouts
 from handraise.core.api import (
-    TIMEOUT_VIA,
+    TIMEOUT_CHANNEL,
     CreateRequestBody,
     LinkView,
     MintedLink,
@@ -332,7 +332,7 @@ class RequestService:
 
     # -- submit ----------------------------------------------------------------
 
-    async def submit(self, *, tenant_id: str, response: Any, principal: str, via: str,
+    async def submit(self, *, tenant_id: str, response: Any, principal: str, channel: str,
                      request_id: str | None = None, unique_id: str | None = None,
                      link_id: str | None = None) -> RequestView:
         """Validate and apply one answer; exactly one submission wins.
@@ -352,17 +352,17 @@ class RequestService:
         _raise_if_terminal(view)
         if not self.may_answer(view, principal):
             await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
-                               principal=principal, channel=via, data={"reason": "not_assigned"})
+                               principal=principal, channel=channel, data={"reason": "not_assigned"})
             raise NotAssignedError("this request is assigned to other people: only they may answer it")
         errors = await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
                                                response=response)
         if errors:
-            await self.invalid_attempt(view, principal=principal, channel=via,
+            await self.invalid_attempt(view, principal=principal, channel=channel,
                                        errors=[{"field": e.field, "message": e.message} for e in errors])
             raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
         if is_own_approval(self.settings, tenant_id, view.on_behalf_of, principal, response):
             await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
-                               principal=principal, channel=via, data={"reason": "four_eyes"})
+                               principal=principal, channel=channel, data={"reason": "four_eyes"})
             raise FourEyesError("this request was made on your behalf: someone else must approve it "
                                 "(you may reject it)")
         # An approval of a proposal carries the proposal as approved and whether it was edited.
@@ -378,11 +378,11 @@ class RequestService:
                 data |= self._person_data(tenant_id, principal)
                 done = await self.store.resolve(
                     conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
-                    require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": via},
+                    require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": channel},
                     # The deliveries as read just before: the answer's view does not wait for a fresh read.
                     with_deliveries=False,
                     journal={"tenant_id": tenant_id, "event": "answered", "request_id": view.id,
-                             "principal": principal, "channel": via, "data": data, "at": now},
+                             "principal": principal, "channel": channel, "data": data, "at": now},
                     notify=self._resolved_notice(tenant_id, view.id, view.run_id))
                 if done is None:
                     # Rolls back the link use too: the request was not ours to answer.
@@ -393,7 +393,7 @@ class RequestService:
                 raise LinkUsedError("this link was used already") from None
             _raise_if_terminal(current)
             raise ExpiredError("the request expired") from None
-        log.info("request answered", extra={"request_id": view.id, "via": via})
+        log.info("request answered", extra={"request_id": view.id, "channel": channel})
         # The answer is at hand: a sealed one need not be opened again.
         resolved = RequestView.from_row({**done.row, "response_json": canonical}, deliveries=deliveries)
         return self._resolved(resolved, seq=done.entry.seq)
@@ -432,7 +432,7 @@ class RequestService:
                                                                  request_id=view.id, now=entry.at)
             if first_try:
                 await self._notify_progress(conn, view, seq=entry.seq)
-        log.info("invalid answer", extra={"request_id": view.id, "via": channel,
+        log.info("invalid answer", extra={"request_id": view.id, "channel": channel,
                                           "fields": [e["field"] for e in errors]})
         if first_try:
             await self._progressed(view, seq=entry.seq)
@@ -514,17 +514,17 @@ class RequestService:
         notify = self._resolved_notice(tenant_id, request_id, None)
         canonical = None
         if not applies:
-            status, values = "expired", {"resolved_via": TIMEOUT_VIA}
+            status, values = "expired", {"resolved_via": TIMEOUT_CHANNEL}
             journal: dict[str, Any] = {"tenant_id": tenant_id, "event": "expired", "request_id": request_id,
                                        "at": now}
         else:
             assert view is not None
             answer, data, canonical = self._answer_columns(view, response)
             data["on_timeout"] = timeouts.policy_name(view.on_timeout)
-            status, values = "answered", {**answer, "resolved_via": TIMEOUT_VIA, "resolved_by": None}
+            status, values = "answered", {**answer, "resolved_via": TIMEOUT_CHANNEL, "resolved_by": None}
             # The journal's event is the status; "answered" by the policy says so in its data and channel.
             journal = {"tenant_id": tenant_id, "event": "answered", "request_id": request_id,
-                       "channel": TIMEOUT_VIA, "data": data, "at": now}
+                       "channel": TIMEOUT_CHANNEL, "data": data, "at": now}
         async with self.store.transaction() as conn:
             done = await self.store.resolve(conn, request_id=request_id, tenant_id=tenant_id, status=status, now=now,
                                             require_unexpired=False, values=values, journal=journal, notify=notify)
@@ -694,7 +694,7 @@ class RequestService:
         link, view = await self.open_link(token)
         try:
             return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
-                                     principal=link.answers_as, via=link.via, link_id=link.id)
+                                     principal=link.answers_as, channel=link.channel, link_id=link.id)
         except AlreadyAnsweredError:
             # Lost a race after open_link (another tab of this link, or another channel): a dead
             # link is a 410 as open_link reports it (LinkUsedError / AlreadyAnsweredGone), not a 409.

@@ -152,7 +152,7 @@ def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None 
     if view.status == "answered":
         verb = {"approved": "Approved", "rejected": "Rejected"}.get(outcome_code(view), "Answered")
         by = who or principal_label(view.resolved_by)
-        via = CHANNEL_NAMES.get(view.resolved_via or "", view.resolved_via or "an unknown channel")
+        via = CHANNEL_NAMES.get(view.resolved_channel or "", view.resolved_channel or "an unknown channel")
         return (f"{verb} by {by} via {via}" if by else f"{verb} via {via}") + at
     if view.status == "expired":
         return "Expired: no answer came in time" + at if tz is not None else "Expired"

@@ -321,7 +321,7 @@ class WebFormsConnector(Connector):
         if name is None and principal and not principal.startswith(("link:", "agent:", "operator:")):
             # A chat's people are named as their messenger last showed them.
             name = await self.service.get_state(NAMES, principal[:200])
-        channel = wording.CHANNEL_NAMES.get(view.resolved_via or "")
+        channel = wording.CHANNEL_NAMES.get(view.resolved_channel or "")
         via = t.gettext(channel) if channel else ""
         if name and via:
             return t.gettext("Answered by %(name)s via %(via)s") % {"name": name, "via": via}

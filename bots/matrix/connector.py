@@ -391,7 +391,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         if view.resolved_at is None:
             return False
         sent_ms = int(source.get("origin_server_ts") or 0)
-        return (view.resolved_by == self.principal(str(source.get("sender"))) and view.resolved_via == self.name
+        return (view.resolved_by == self.principal(str(source.get("sender"))) and view.resolved_channel == self.name
                 and view.resolved_at * 1000 >= sent_ms)
 
 

@@ -90,7 +90,7 @@ async def record_annotation(request: web.Request) -> web.Response:
     principal = await request.app[KEYRING].authorize(request, "annotate")
     body = service.parse(await read_json(request))
     annotation = await service.record(tenant_id=principal.tenant_id, run_id=request.match_info["runId"],
-                                      principal=principal.name, body=body, via="api")
+                                      principal=principal.name, body=body, channel="api")
     return web.json_response(annotation, status=201)
 
 

@@ -154,7 +154,7 @@ async def submit_answer(request: web.Request) -> web.StreamResponse:
     principal = await request.app[KEYRING].authorize(request, "answer")
     body = parse_body(SubmitBody, await read_json(request), what="submission")
     view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
-                                             response=body.response, principal=principal.name, via="api")
+                                             response=body.response, principal=principal.name, channel="api")
     return web.json_response({"accepted": True, "request": view.to_json(include_response=False)})
 
 

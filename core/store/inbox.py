@@ -66,15 +66,15 @@ class InboxRecords:
         return await self._write(rowcount, _END_SESSION, {"w_id": session_id, "w_now": now}) == 1
 
     async def requests_page(self, tenant_id: str, *, statuses: tuple[str, ...], run_id: str | None = None,
-                            via: str | None = None, created_by: str | None = None, since: float | None = None,
+                            channel: str | None = None, created_by: str | None = None, since: float | None = None,
                             until: float | None = None, unexpired_at: float | None = None, offset: int = 0,
                             limit: int = 50) -> list[dict[str, Any]]:
         """The tenant's requests, newest first, filtered as the inbox's list and history ask."""
         stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id, requests_t.c.status.in_(statuses))
         if run_id is not None:
             stmt = stmt.where(requests_t.c.run_id == run_id)
-        if via is not None:
-            stmt = stmt.where(requests_t.c.resolved_via == via)
+        if channel is not None:
+            stmt = stmt.where(requests_t.c.resolved_via == channel)
         if created_by is not None:
             stmt = stmt.where(requests_t.c.created_by == created_by)
         if since is not None:

@@ -200,12 +200,12 @@ def test_untrusted_text_is_escaped_in_the_table() -> None:
 
 
 def test_outcome_edit_replaces_the_card() -> None:
-    answered = view(status="answered", resolved_by="link:lnk_1", resolved_via="web", resolved_at=1_700_000_100.0)
+    answered = view(status="answered", resolved_by="link:lnk_1", resolved_channel="web", resolved_at=1_700_000_100.0)
     edit = outcome_content(answered, card_event_id="$card")
     assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$card"}
     assert "Answered via the web form" in edit["m.new_content"]["body"]
     assert edit["body"].startswith("* ")
-    by_matrix = view(status="answered", resolved_by="matrix:@alice:x", resolved_via="matrix",
+    by_matrix = view(status="answered", resolved_by="matrix:@alice:x", resolved_channel="matrix",
                      resolved_at=1_700_000_100.0)
     assert "Answered by @alice:x via Matrix" in outcome_content(by_matrix, card_event_id="$c")["m.new_content"]["body"]
     secret = outcome_content(view(status="expired", sensitive=True, message_for_user="PIN?",
@@ -230,7 +230,7 @@ def test_a_form_with_a_secret_field_is_answered_only_in_the_form() -> None:
 def test_an_approval_outcome_says_the_decision_and_the_reason() -> None:
     done = view(kind="approval", schema=APPROVAL_SCHEMA, status="answered",
                 response={"decision": "reject", "reason": "too risky"}, resolved_by="matrix:@alice:h",
-                resolved_via="matrix")
+                resolved_channel="matrix")
     body = outcome_content(done, card_event_id="$card")["m.new_content"]["body"]
     assert "❌ Rejected by @alice:h via Matrix" in body and "Reason: too risky" in body
 

@@ -138,7 +138,7 @@ async def test_routing_by_tenant_and_event_filter(tmp_path: Path, receiver: Rece
         assert receiver.hits == []  # audit wants only resolutions; globex serves another tenant
 
         await api.app[SERVICE].submit(tenant_id="acme", request_id=request["id"], response="hunter2",
-                                      principal="operator:op-1", via="api")
+                                      principal="operator:op-1", channel="api")
         [hit] = await receiver.wait_for("request.resolved")
         assert hit.path == "/audit"
         assert "hunter2" not in hit.body.decode() and "response" not in hit.json["request"]

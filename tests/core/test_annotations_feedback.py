@@ -159,7 +159,7 @@ async def test_a_connector_records_a_rating_through_the_service(sqlite_api: Api)
     service: AnnotationService = sqlite_api.app[ANNOTATIONS]
     with sqlite_api.app[BUS].subscribe(tenant_id="acme", types={RUN_ANNOTATED}) as sub:
         ann = await service.record(tenant_id="acme", run_id="run-chat", principal="telegram:4242",
-                                   body={"signal": {"kind": "rating", "rating": 5}}, via="telegram")
+                                   body={"signal": {"kind": "rating", "rating": 5}}, channel="telegram")
         event = sub.queue.get_nowait()
     assert ann["actor"] == {"principalRef": "telegram:4242"} and ann["target"] == {"runId": "run-chat"}
     assert event.data == ann and event.run_id == "run-chat" and event.object_id == ann["annotationId"]

@@ -174,13 +174,13 @@ def _view(status: str, **extra: Any) -> RequestView:
 
 def test_the_outcome_says_the_deadline_decided() -> None:
     rejected = _view("answered", kind="approval", response={"decision": "reject", "reason": "no answer in time"},
-                     resolved_via="timeout", on_timeout="reject")
+                     resolved_channel="timeout", on_timeout="reject")
     out = wording.outcome(rejected)
     assert out.code == "rejected" and out.headline == "Rejected automatically: no answer came in time"
-    defaulted = _view("answered", response="blue", resolved_via="timeout", on_timeout={"default": "blue"})
+    defaulted = _view("answered", response="blue", resolved_channel="timeout", on_timeout={"default": "blue"})
     out = wording.outcome(defaulted)
     assert out.headline == "No answer came in time: the default answer applies"
     assert out.lines == (("Answer", "blue"),)
     # A person's answer still reads as theirs.
-    human = _view("answered", response="blue", resolved_via="web", resolved_by="link:l1")
+    human = _view("answered", response="blue", resolved_channel="web", resolved_by="link:l1")
     assert wording.outcome(human).headline == "Answered via the web form"

@@ -116,7 +116,7 @@ def test_the_outcome_names_the_edited_fields() -> None:
     view = RequestView(id="req_1", tenant_id="acme", unique_id="u", status="answered", message_for_user="m",
                        schema=None, kind="approval", sensitive=False, run_id=None, channels=[], created_at=0.0,
                        expires_at=1.0, created_by="agent:a", resolved_at=1.0, resolved_by="operator:ann",
-                       resolved_via="inbox", proposal=PROPOSAL, proposal_schema=PROPOSAL_SCHEMA,
+                       resolved_channel="inbox", proposal=PROPOSAL, proposal_schema=PROPOSAL_SCHEMA,
                        response={"decision": "approve", "proposal": {**PROPOSAL, "replicas": 2}, "edited": True})
     out = wording.outcome(view)
     assert out.code == "approved"

@@ -308,7 +308,7 @@ class Inbox:
                 # An approval's edited proposal arrives as proposal.<name> fields; the service checks it.
                 response = proposals.from_form(parsed.value, proposal=view.proposal, posted=parsed.posted)
                 await self.service.submit(tenant_id=session.tenant_id, request_id=view.id, response=response,
-                                          principal=session.principal, via="inbox")
+                                          principal=session.principal, channel="inbox")
             except (NotAssignedError, FourEyesError) as e:
                 return await self._request_page(request, session, view, status=403, refusal=e.code)
             except InvalidAnswerError as e:
@@ -366,7 +366,7 @@ class Inbox:
 
     def _entry(self, entry: dict[str, Any], *, tenant_id: str) -> dict[str, Any]:
         """A journal entry as the detail page lists it: what, who (a person by name, whatever channel),
-        when, via (never an answer's value)."""
+        when, channel (never an answer's value)."""
         principal = entry.get("principal") or ""
         return {"event": entry["event"].replace("_", " "),
                 "principal": display_name(self.settings, tenant_id, principal) or principal if principal else "",
@@ -447,7 +447,7 @@ class Inbox:
             if not visible and not await annotations.all_for_run(tenant_id=session.tenant_id, run_id=run_id):
                 raise NotFoundError("no such run")
             await annotations.record(tenant_id=session.tenant_id, run_id=run_id, principal=session.principal,
-                                     body=body, via="inbox")
+                                     body=body, channel="inbox")
         except NotFoundError:
             return await self._page(request, "inbox/missing.html", session=session, status=404, title="Not found")
         except HandraiseError as e:
@@ -468,8 +468,8 @@ def _history_filters(query: Any) -> tuple[dict[str, Any], list[str]]:
             problems.append("status must be answered, expired or cancelled")
         else:
             statuses = (status,)
-    via = query.get("channel") or None
-    if via is not None and not _CHANNEL_RE.match(via):
+    channel = query.get("channel") or None
+    if channel is not None and not _CHANNEL_RE.match(channel):
         problems.append("channel is not a channel name")
     run_id = query.get("run") or None
     agent = query.get("agent") or None
@@ -492,7 +492,7 @@ def _history_filters(query: Any) -> tuple[dict[str, Any], list[str]]:
         problems.append("page must be a positive whole number")
     if agent is not None and ":" not in agent:
         agent = f"agent:{agent}"
-    return {"statuses": statuses, "via": via, "run_id": run_id, "created_by": agent, "since": times["since"],
+    return {"statuses": statuses, "channel": channel, "run_id": run_id, "created_by": agent, "since": times["since"],
             "until": times["until"], "page": max(page, 1)}, problems
 
 
