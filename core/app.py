@@ -1,4 +1,4 @@
-"""The application factory: wires settings, store, service, HTTP routes and connectors; nothing at import time."""
+"""The application factory: wires settings, store, service, HTTP routes and channels; nothing at import time."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 
@@ -17,6 +18,7 @@ from handraise.core.appkeys import (
     ADMISSION,
     ANNOTATIONS,
     BUS,
+    CHANNELS,
     CONNECTORS,
     DISPATCHER,
     HTTP_SESSION,
@@ -30,7 +32,8 @@ from handraise.core.appkeys import (
     STORE,
 )
 from handraise.core.config import Settings
-from handraise.core.connectors import Connector, load_enabled
+from handraise.core.channels import Channel, load_enabled
+from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
 from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
@@ -55,10 +58,10 @@ from handraise.core.store import NOTIFY_CHANNEL, Store
 log = logging.getLogger(__name__)
 
 
-async def create_app(settings: Settings, *, connector_classes: list[type[Connector]] | None = None,
+async def create_app(settings: Settings, *, connector_classes: list[type[Channel[Any]]] | None = None,
                      instance_id: str | None = None) -> web.Application:
-    """Build the application. Connectors default to the enabled ones found by entry point."""
-    # Find the connectors first: a configured one that cannot be imported fails before anything opens.
+    """Build the application. Channels default to the enabled ones found by entry point."""
+    # Find the channels first: a configured one that cannot be imported fails before anything opens.
     classes = load_enabled(settings) if connector_classes is None else connector_classes
     admission = WriteAdmission(limit=settings.limits.max_writes_in_flight,
                                retry_after=settings.limits.overload_retry_after_seconds)
@@ -89,20 +92,21 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
                   hitl.routes):
         app.router.add_routes(table)
 
-    connectors: dict[str, Connector] = {}
+    channels: dict[str, Channel[Any]] = {}
     try:
         for cls in classes:
-            connector = cls(settings=cls.load_settings(settings), service=service, http=http,
-                            log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings)
-            # Set, not passed: a connector whose __init__ names its keywords (the web forms) predates it.
-            connector.annotations = app[ANNOTATIONS]
-            connectors[cls.name] = connector
-            _mount(app, connector, settings)
+            channel = cls(settings=cls.load_settings(settings), service=service, http=http,
+                          log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings,
+                          annotations=app[ANNOTATIONS])
+            channels[cls.name] = channel
+            _mount(app, channel, settings)
     except BaseException:
         await http.close()
         raise
-    app[CONNECTORS] = connectors
-    service.channel_serves.update({name: c.serves for name, c in connectors.items() if name != "web"})
+    app[CHANNELS] = channels
+    # Only connectors post requests anywhere: the dispatcher never sees a channel that cannot.
+    app[CONNECTORS] = connectors = {name: c for name, c in channels.items() if isinstance(c, Connector)}
+    service.channel_serves.update({name: c.serves for name, c in channels.items()})
     # Callbacks are posted through the shared session, only where a tenant can have them.
     callbacks_on = any(t.callbacks is not None for t in settings.tenants)
     app[DISPATCHER] = Dispatcher(service=service, connectors=connectors, http=http if callbacks_on else None)
@@ -111,17 +115,17 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Connect
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_listener_ctx)
     app.cleanup_ctx.append(_sweeper_ctx)
-    app.cleanup_ctx.append(_connectors_ctx)
+    app.cleanup_ctx.append(_channels_ctx)
     # Last: MCP sessions stop before the connectors, the service and the store they use.
     mcp_http.setup(app)
     return app
 
 
-def _mount(app: web.Application, connector: Connector, settings: Settings) -> None:
-    defs = connector.routes()
+def _mount(app: web.Application, channel: Channel[Any], settings: Settings) -> None:
+    defs = channel.routes()
     if not defs:
         return
-    prefix = connector.mount_prefix if connector.mount_prefix is not None else f"/bots/{connector.name}"
+    prefix = channel.mount_prefix if channel.mount_prefix is not None else f"/bots/{channel.name}"
     if prefix:
         sub = web.Application(middlewares=[error_middleware], client_max_size=settings.server.max_body_bytes)
         sub.add_routes(defs)
@@ -226,11 +230,11 @@ async def _sweeper_ctx(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def _connectors_ctx(app: web.Application) -> AsyncIterator[None]:
+async def _channels_ctx(app: web.Application) -> AsyncIterator[None]:
     dispatcher = app[DISPATCHER]
-    started: list[Connector] = []
+    started: list[Channel[Any]] = []
     try:
-        for connector in app[CONNECTORS].values():
+        for connector in app[CHANNELS].values():
             try:
                 await connector.start()
             except HandraiseError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientSession, web
 
@@ -12,6 +12,7 @@ from handraise.core.store import Store
 
 if TYPE_CHECKING:
     from handraise.core.annotations import AnnotationService
+    from handraise.core.channels import Channel
     from handraise.core.connectors import Connector
     from handraise.core.dispatch import Dispatcher
     from handraise.core.http.admission import WriteAdmission
@@ -28,7 +29,9 @@ SERVICE: web.AppKey[RequestService] = web.AppKey("service")
 ANNOTATIONS: web.AppKey[AnnotationService] = web.AppKey("annotations")
 RUNS: web.AppKey[RunService] = web.AppKey("runs")
 KEYRING: web.AppKey[Keyring] = web.AppKey("keyring")
-CONNECTORS: web.AppKey[dict[str, Connector]] = web.AppKey("connectors")
+# Every enabled channel by name; the connectors among them (the channels that deliver) once more.
+CHANNELS: web.AppKey[dict[str, Channel[Any]]] = web.AppKey("channels")
+CONNECTORS: web.AppKey[dict[str, Connector[Any]]] = web.AppKey("connectors")
 DISPATCHER: web.AppKey[Dispatcher] = web.AppKey("dispatcher")
 HTTP_SESSION = web.AppKey("http_session", ClientSession)
 INSTANCE_ID = web.AppKey("instance_id", str)

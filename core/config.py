@@ -357,7 +357,8 @@ class Settings(_Section):
     slack: dict[str, Any] | None = None
     email: dict[str, Any] | None = None
     webhooks: list[dict[str, Any]] | None = None
-    web: dict[str, Any] | None = None
+    # The web channel (hosted forms) is always on: its table is there even when the file has none.
+    web: dict[str, Any] = Field(default_factory=dict)
     # Where the values came from, for messages: the file, and key paths set by HANDRAISE_ variables.
     _source: Path | None = PrivateAttr(default=None)
     _env_names: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)

@@ -1,33 +1,22 @@
-"""The connector interface every channel implements, and discovery through entry points.
+"""A connector: a channel that posts requests somewhere (a chat, a webhook) and takes them back.
 
-A connector delivers requests to humans somewhere (a chat, a webhook, the hosted
-form) and submits their correlated answers through the lifecycle service. It is
-found by the entry-point group ``handraise.connectors`` and enabled by its
-config section, so a connector's optional dependency is imported only when that
-connector is enabled.
+It delivers a request to each of its targets, withdraws it once terminal (the dispatcher calls
+both) and submits its humans' correlated answers through the lifecycle service. A channel that
+posts nowhere (the hosted forms) is a plain :class:`~handraise.core.channels.Channel`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import random
-from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from abc import abstractmethod
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-
-from aiohttp import ClientSession, web
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from handraise.core import wording
 from handraise.core.api import RequestView
-from handraise.core.config import Settings
+from handraise.core.channels import Channel, SettingsT
 from handraise.core.errors import (
     AlreadyAnsweredError,
-    ConfigError,
     ConflictError,
     ExpiredError,
     FourEyesError,
@@ -37,20 +26,11 @@ from handraise.core.errors import (
     RequestCancelledError,
 )
 
-if TYPE_CHECKING:
-    from handraise.core.annotations import AnnotationService
-    from handraise.core.service import RequestService
-
-ENTRY_POINT_GROUP = "handraise.connectors"
-T = TypeVar("T")
-
 # Rating buttons: the values 1..5 behind their tokens, and durable state (person -> their newest
 # rating's annotation id; request -> the buttons' tokens).
 RATINGS = range(1, 6)
 RATING_STATE = "ratings"
 RATING_TOKENS = "ratings.tokens"
-# How long Connector.stop waits for its cancelled tasks before cancelling them again.
-STOP_RECANCEL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -80,138 +60,13 @@ def _said(code: str, view: RequestView | None = None) -> AnswerOutcome:
     return AnswerOutcome(code, wording.text(code), view)
 
 
-class Backoff:
-    """Capped, jittered exponential delays: the one retry and reconnect policy (connectors and dispatcher)."""
-
-    def __init__(self, *, initial: float, cap: float) -> None:
-        self.initial = initial
-        self.cap = cap
-        self._delay = initial
-
-    def next(self) -> float:
-        """The next pause: between half and all of the current delay, which then doubles up to the cap."""
-        pause = self._delay * (0.5 + random.random() / 2)
-        self._delay = min(self._delay * 2, self.cap)
-        return pause
-
-    def reset(self) -> None:
-        self._delay = self.initial
-
-
-class Connector(ABC):
-    """One channel. Subclasses set ``name`` and ``settings_model`` and implement deliver/withdraw."""
-
-    name: ClassVar[str]
-    settings_model: ClassVar[type[BaseModel] | None] = None
-    # Routes mount under /bots/{name}/ unless a connector serves its own absolute paths.
-    mount_prefix: ClassVar[str | None] = None
-    # Reconnect backoff (capped, jittered), shared by every loop a connector runs.
-    backoff_initial: ClassVar[float] = 0.5
-    backoff_cap: ClassVar[float] = 30.0
-
-    def __init__(self, *, settings: Any, service: RequestService, http: ClientSession,
-                 log: logging.Logger, app_settings: Settings, annotations: AnnotationService | None = None) -> None:
-        self.settings = settings
-        self.service = service
-        self.http = http
-        self.log = log
-        self.app_settings = app_settings
-        # The run-annotation side-store, for rating buttons on resolved requests (None: no ratings).
-        self.annotations = annotations
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    # -- enabling --------------------------------------------------------------
-
-    @classmethod
-    def section(cls, app_settings: Settings) -> Any:
-        return app_settings.connector_section(cls.name)
-
-    @classmethod
-    def is_enabled(cls, app_settings: Settings) -> bool:
-        """Enabled when its config section is present (and not ``enabled = false``)."""
-        section = cls.section(app_settings)
-        if section is None:
-            return False
-        if isinstance(section, dict) and section.get("enabled") is False:
-            return False
-        return True
-
-    @classmethod
-    def load_settings(cls, app_settings: Settings) -> Any:
-        if cls.settings_model is None:
-            return None
-        raw = cls.section(app_settings)
-        raw = {k: v for k, v in raw.items() if k != "enabled"} if isinstance(raw, dict) else (raw or {})
-        try:
-            return cls.settings_model.model_validate(raw)
-        except ValidationError as e:
-            raise app_settings.config_error(e, section=(cls.name,)) from None
-
-    @classmethod
-    async def check(cls, settings: Any, *, app_settings: Settings, http: ClientSession) -> list[str] | None:
-        """``handraise doctor``: try the credentials live, change nothing; each problem is one line with its fix.
-
-        None means this connector has nothing to try (the default); ``[]`` means every check passed.
-        """
-        return None
-
-    # -- lifecycle -------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Connect; long-running loops are started with ``spawn``."""
-
-    async def stop(self) -> None:
-        tasks = list(self._tasks)
-        running = tasks
-        while running:
-            for task in running:
-                task.cancel()
-            # Cancelled again until done: a library (or Python 3.11's asyncio.wait_for) may swallow one
-            # cancellation, and a loop that carries on after it would hold stop() forever (a Matrix
-            # sync loop waited for the batch lock that stop() holds). Not sooner than a few seconds:
-            # a task's own cleanup (a finally that stops polling, releases a lock) gets to finish.
-            await asyncio.wait(running, timeout=STOP_RECANCEL_SECONDS)
-            running = [t for t in running if not t.done()]
-        for task in tasks:
-            if not task.cancelled():
-                task.exception()  # retrieved: a loop's last failure was logged where it happened
-        self._tasks.clear()
-
-    async def retry(self, step: Callable[[], Awaitable[T]], *, what: str) -> T:
-        """Call ``step`` until it succeeds, with the same capped, jittered backoff; return its result."""
-        backoff = Backoff(initial=self.backoff_initial, cap=self.backoff_cap)
-        while True:
-            try:
-                return await step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                pause = backoff.next()
-                self.log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, pause)
-            await asyncio.sleep(pause)
-
-    def spawn(self, coro: Awaitable[Any], *, name: str) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def run_forever(self, step: Callable[[], Awaitable[None]], *, what: str) -> None:
-        """Run ``step`` again whenever it returns or fails, after a capped, jittered backoff."""
-        backoff = Backoff(initial=self.backoff_initial, cap=self.backoff_cap)
-        while True:
-            try:
-                await step()
-                backoff.reset()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.log.warning("%s failed (%s)", what, type(e).__name__)
-            await asyncio.sleep(backoff.next())
+class Connector(Channel[SettingsT]):
+    """A channel that delivers: subclasses implement ``targets``, ``deliver`` and ``withdraw``."""
 
     # -- routing ---------------------------------------------------------------
 
     def serves(self, tenant_id: str) -> bool:
+        """A connector reaches a tenant where it has somewhere to post that tenant's requests."""
         return bool(self.targets(tenant_id))
 
     @abstractmethod
@@ -370,32 +225,6 @@ class Connector(ABC):
     def remind_after(self) -> float | None:
         value = getattr(self.settings, "remind_after_seconds", None)
         return float(value) if value else None
-
-    def routes(self) -> list[web.AbstractRouteDef]:
-        return []
-
-
-def discover() -> dict[str, EntryPoint]:
-    """The connectors' entry points by name; ``ep.load()`` imports a class only when it is wanted."""
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def load_enabled(app_settings: Settings) -> list[type[Connector]]:
-    """The classes of the enabled connectors; an enabled one that cannot be imported is a ConfigError."""
-    classes: list[type[Connector]] = []
-    for name, ep in sorted(discover().items()):
-        section = app_settings.connector_section(name)
-        if name != "web" and section is None:
-            continue
-        try:
-            cls = ep.load()
-        except ImportError as e:
-            raise ConfigError(
-                f"{name}: connector is configured but cannot be imported ({e}); install handraise[{name}]"
-            ) from None
-        if name == "web" or cls.is_enabled(app_settings):
-            classes.append(cls)
-    return classes
 
 
 def rating_value(value: Any) -> int | None:

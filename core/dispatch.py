@@ -21,7 +21,8 @@ from aiohttp import ClientSession
 
 from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
-from handraise.core.connectors import Backoff, Connector
+from handraise.core.backoff import Backoff
+from handraise.core.connectors import Connector
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
 from handraise.core.redaction import redact

@@ -83,9 +83,8 @@ class RequestService:
         limits = settings.limits
         self.attempts = AttemptLimiter(max_failures=limits.max_failed_attempts,
                                        window=limits.failed_attempts_window_seconds)
-        # Which enabled channels serve which tenant; the app fills this in from its connectors.
-        # The web channel (hosted forms) serves everyone.
-        self.channel_serves: dict[str, Callable[[str], bool]] = {"web": lambda _tenant: True}
+        # Which enabled channels serve which tenant; the app fills this in from its channels.
+        self.channel_serves: dict[str, Callable[[str], bool]] = {}
         # Told of each wait that a resolution ended (the wake-latency metric); set by the app.
         self.on_wake: Callable[[RequestView], None] | None = None
         bus.register_loader(REQUEST_CREATED, self._load_event_data)

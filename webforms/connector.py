@@ -12,17 +12,17 @@ import datetime as dt
 import gettext
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aiohttp import ClientSession, web
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from handraise.core import proposals, wording
 from handraise.core.api import LinkView, RequestView
 from handraise.core.chat import NAMES
+from handraise.core.channels import Channel
 from handraise.core.config import Settings
-from handraise.core.connectors import Connector
-from handraise.core.errors import ConfigError, ConnectorError, HandraiseError, InvalidAnswerError, RateLimitedError
+from handraise.core.errors import ConfigError, HandraiseError, InvalidAnswerError, RateLimitedError
 from handraise.core.i18n import DEFAULT_LOCALE, parse_accept_language
 from handraise.core.names import display_name
 from handraise.core.schema import FieldError
@@ -40,10 +40,7 @@ from handraise.webforms.render import (
     split_errors,
 )
 
-if TYPE_CHECKING:
-    from handraise.core.service import RequestService
-
-__all__ = ["WebFormsConnector", "WebFormsSettings"]
+__all__ = ["WebFormsChannel", "WebFormsConnector", "WebFormsSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -76,41 +73,30 @@ class WebFormsSettings(BaseModel):
     tenants: dict[str, TenantLooks] = Field(default_factory=dict)
 
 
-class WebFormsConnector(Connector):
-    """Serves the hosted forms; ``deliver``/``withdraw`` exist only because every connector has them."""
+class WebFormsChannel(Channel[WebFormsSettings]):
+    """Serves the hosted forms (and the inbox). A channel, not a connector: it posts nowhere, so it is
+    never asked to deliver; every tenant reaches its humans through it by link, and a link dies with
+    its request by itself."""
 
     name = "web"
     settings_model = WebFormsSettings
     mount_prefix = ""
 
-    def __init__(self, *, settings: Any, service: RequestService, http: ClientSession, log: logging.Logger,
-                 app_settings: Settings) -> None:
-        super().__init__(settings=settings, service=service, http=http, log=log, app_settings=app_settings)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.pages = Pages()
         self.themes: dict[str, Theme] = {}
-        looks: dict[str, TenantLooks] = settings.tenants if isinstance(settings, WebFormsSettings) else {}
-        for tenant_id, tenant_looks in looks.items():
-            if app_settings.tenant(tenant_id) is None:
+        for tenant_id, tenant_looks in self.settings.tenants.items():
+            if self.app_settings.tenant(tenant_id) is None:
                 raise ConfigError(f"web.tenants.{tenant_id}: no such tenant")
             theme, assets = build_theme(tenant_looks)
             self.pages.add_assets(assets)
             self.themes[tenant_id] = theme
 
-    # -- the connector interface -------------------------------------------------
-
-    def targets(self, tenant_id: str) -> list[str]:
-        return []
-
-    def serves(self, tenant_id: str) -> bool:
-        # Every tenant may reach a human through a link, though the channel posts nowhere itself.
+    @classmethod
+    def is_enabled(cls, app_settings: Settings) -> bool:
+        # Always on: the links the API mints and the inbox lead here.
         return True
-
-    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
-        raise ConnectorError("the web channel has no targets", permanent=True)
-
-    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
-        # Nothing was posted anywhere; a link dies with its request by itself.
-        return None
 
     def routes(self) -> list[web.AbstractRouteDef]:
         from handraise.webforms.inbox import Inbox
@@ -328,3 +314,8 @@ class WebFormsConnector(Connector):
         if via:
             return t.gettext("Answered via %(via)s") % {"via": via}
         return t.gettext("Answered")
+
+
+# The name that installs made before the channel split hold in their ``handraise.connectors`` entry
+# point (their entry_points.txt is written at install time): it keeps them loading the web channel.
+WebFormsConnector = WebFormsChannel

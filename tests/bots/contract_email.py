@@ -17,7 +17,7 @@ from conftest import Api
 from handraise.bots.email import EmailConnector
 from handraise.core.appkeys import SERVICE
 from handraise.core.connectors import Connector
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from harness.mail import DovecotServer, ReceivedMail, SmtpRecorder, unique_address
 from tests.bots.contract import Action, ConnectorDriver, Posted, register_driver
 from tests.bots.email_helpers import (
@@ -44,7 +44,7 @@ class EmailDriver(ConnectorDriver):
         self.api: Api | None = None
 
     def connector_classes(self) -> list[type[Connector]]:
-        return [WebFormsConnector, EmailConnector]
+        return [WebFormsChannel, EmailConnector]
 
     def config(self) -> dict[str, Any]:
         return {"email": email_section(self.smtp, recipients=[self.human],

@@ -15,7 +15,7 @@ from conftest import base_config, running_app, settings_from
 from handraise.bots.email import EmailConnector
 from handraise.core.appkeys import CONNECTORS
 from handraise.core.errors import ConfigError
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from harness.mail import DovecotServer, ReceivedMail, SmtpRecorder
 from tests.webforms.html_tools import csrf_of
 
@@ -45,7 +45,7 @@ def email_section(server: SmtpRecorder, *, recipients: list[str], other: list[st
 async def email_app(storage_url: str, section: dict[str, Any], **kwargs: Any) -> AsyncIterator[Any]:
     config = base_config(storage_url, email=section)
     settings = settings_from(config)
-    async with running_app(settings, connector_classes=[WebFormsConnector, EmailConnector], **kwargs) as api:
+    async with running_app(settings, connector_classes=[WebFormsChannel, EmailConnector], **kwargs) as api:
         yield api
 
 

@@ -330,12 +330,12 @@ async def test_the_deadline_is_in_the_tenants_time_zone(sqlite_url: str, smtp_se
     import zoneinfo
 
     from conftest import base_config, settings_from
-    from handraise.webforms.connector import WebFormsConnector
+    from handraise.webforms.connector import WebFormsChannel
 
     alice = unique_address("alice")
     config = base_config(sqlite_url, email=email_section(smtp_server, recipients=[alice]))
     config["tenants"][0]["timezone"] = "America/New_York"
-    async with running_app(settings_from(config), connector_classes=[WebFormsConnector, EmailConnector]) as api:
+    async with running_app(settings_from(config), connector_classes=[WebFormsChannel, EmailConnector]) as api:
         request = await api.create({"unique_id": "tz-1", "message_for_user": "When?", "timeout_seconds": 7200})
         (mail,) = await smtp_server.wait_to(alice)
         expires = dt.datetime.fromisoformat(request["expires_at"].replace("Z", "+00:00"))

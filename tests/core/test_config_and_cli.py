@@ -67,7 +67,7 @@ def _all_keys(model: type[BaseModel]) -> set[str]:
 
 
 def test_example_config_documents_every_connector_key() -> None:
-    from handraise.core.connectors import discover
+    from handraise.core.channels import discover
 
     text = EXAMPLE.read_text()
     settings = load_settings(EXAMPLE, environ={})

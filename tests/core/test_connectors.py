@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict
 
 from handraise.core.api import RequestView
 from handraise.core.appkeys import CONNECTORS, SERVICE
-from handraise.core.connectors import Backoff, Connector, discover, load_enabled, outcome_text
+from handraise.core.backoff import Backoff
+from handraise.core.channels import Channel, discover, load_enabled
+from handraise.core.connectors import Connector, outcome_text
 from handraise.core.errors import ConfigError
 
 
@@ -40,6 +42,10 @@ class PlainConnector(Connector):
         return None
 
 
+class PostsNowhere(Channel[None]):
+    name: ClassVar[str] = "web"
+
+
 def test_connectors_are_found_by_entry_point() -> None:
     found = discover()
     assert {"telegram", "webhooks"} <= set(found)
@@ -63,17 +69,18 @@ def test_a_connector_is_enabled_by_its_section(tmp_path: Path) -> None:
 def test_load_enabled_imports_only_configured_connectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    import handraise.core.connectors as connectors
+    import handraise.core.channels as channels
 
     eps = {
-        "web": EntryPoint("web", "tests.core.test_connectors:PlainConnector", "handraise.connectors"),
+        "web": EntryPoint("web", "tests.core.test_connectors:PostsNowhere", "handraise.connectors"),
         "telegram": EntryPoint("telegram", "handraise.bots.telegram:TelegramConnector", "handraise.connectors"),
         "slack": EntryPoint("slack", "no_such_module_anywhere:Nope", "handraise.connectors"),
     }
-    monkeypatch.setattr(connectors, "discover", lambda: eps)
+    monkeypatch.setattr(channels, "discover", lambda: eps)
     url = f"sqlite:///{tmp_path / 'c.db'}"
     # An unconfigured connector is never imported, so its missing dependency does not matter.
-    assert [c.name for c in load_enabled(settings_from(base_config(url)))] == ["plain"]
+    # The web channel's table is there by default: it is on without a [web] section.
+    assert load_enabled(settings_from(base_config(url))) == [PostsNowhere]
     with pytest.raises(ConfigError, match=r"slack: connector is configured but cannot be imported"):
         load_enabled(settings_from(base_config(url, slack={"token": "x"})))
 

@@ -19,7 +19,7 @@ from conftest import AGENT_KEY, OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config,
 from handraise.core.appkeys import SERVICE
 from handraise.core.config import load_settings
 from handraise.core.errors import ConfigError
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 
 FORWARD_KEY = "forward-agent-key-0123456789abcdef"
 SECOND_FORWARD_KEY = "second-forward-key-0123456789abcdef"
@@ -37,7 +37,7 @@ def forward_config(storage_url: str) -> dict[str, Any]:
 
 @pytest.fixture
 async def fwd_api(storage_url: str) -> AsyncIterator[Api]:
-    async with running_app(settings_from(forward_config(storage_url)), connector_classes=[WebFormsConnector]) as a:
+    async with running_app(settings_from(forward_config(storage_url)), connector_classes=[WebFormsChannel]) as a:
         yield a
 
 

@@ -287,9 +287,9 @@ class FormFillingUser:
 
 async def test_http_sensitive_question_goes_to_the_user_by_url_elicitation_with_a_forward_key(
         tmp_path: Path) -> None:
-    from handraise.webforms.connector import WebFormsConnector
+    from handraise.webforms.connector import WebFormsChannel
 
-    async with mcp_app(tmp_path, connector_classes=[WebFormsConnector]) as api:
+    async with mcp_app(tmp_path, connector_classes=[WebFormsChannel]) as api:
         user = FormFillingUser(api, "246810")
         async with http_session(api, key=FORWARD_KEY, elicitation_callback=user) as session:
             result = await session.call_tool("ask_human", {
@@ -308,9 +308,9 @@ async def test_http_sensitive_question_goes_to_the_user_by_url_elicitation_with_
 
 
 async def test_http_sensitive_question_without_forward_offers_no_link(tmp_path: Path) -> None:
-    from handraise.webforms.connector import WebFormsConnector
+    from handraise.webforms.connector import WebFormsChannel
 
-    async with mcp_app(tmp_path, connector_classes=[WebFormsConnector]) as api:
+    async with mcp_app(tmp_path, connector_classes=[WebFormsChannel]) as api:
         user = FormFillingUser(api, "unused")
         async with http_session(api, elicitation_callback=user) as session, \
                 InProcessHuman(api).answer("135790"):

@@ -24,7 +24,7 @@ from handraise.core.appkeys import DISPATCHER, SERVICE
 from handraise.core.config import LoggingSettings
 from handraise.core.http.openapi import document
 from handraise.core.logs import AccessLog, configure_logging, mask_tokens
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from sse import streams
 from tests.core.test_dispatch import ScriptedConnector
 
@@ -100,7 +100,7 @@ def test_mask_tokens() -> None:
 
 
 async def test_an_access_line_per_request_with_the_token_masked(tmp_path: Path) -> None:
-    async with logged_app(tmp_path, connector_classes=[WebFormsConnector]) as (api, buffer):
+    async with logged_app(tmp_path, connector_classes=[WebFormsChannel]) as (api, buffer):
         req = await api.create({"unique_id": "log-1", "message_for_user": "Code?", "timeout_seconds": 60})
         status, link = await api.call("POST", f"/v1/requests/{req['id']}/links", key=OPERATOR_KEY, json={})
         assert status == 201
@@ -120,7 +120,7 @@ async def test_an_access_line_per_request_with_the_token_masked(tmp_path: Path) 
 
 
 async def test_a_failure_under_a_form_link_logs_no_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with logged_app(tmp_path, connector_classes=[WebFormsConnector]) as (api, buffer):
+    async with logged_app(tmp_path, connector_classes=[WebFormsChannel]) as (api, buffer):
         req = await api.create({"unique_id": "log-2", "message_for_user": "Code?", "timeout_seconds": 60})
         _status, link = await api.call("POST", f"/v1/requests/{req['id']}/links", key=OPERATOR_KEY, json={})
         token = link["url"].rsplit("/", 1)[1]

@@ -22,7 +22,7 @@ from handraise.core.errors import InvalidSchemaError
 from handraise.core.schema import check_schema, validate_answer
 from handraise.core.schema.patterns import MAX_PROGRAM_SIZE, PatternError, compile_pattern, pattern_search
 from handraise.core.schema.validation import OFF_LOOP_STEPS, match_steps
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
 # Each pattern with the answer that makes a backtracking engine take exponential (or n^12) time.
@@ -153,7 +153,7 @@ async def _served_while(api: Api, work: Any) -> tuple[Any, float]:
 @pytest.fixture
 async def web(tmp_path: Path) -> AsyncIterator[Api]:
     async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}")),
-                           connector_classes=[WebFormsConnector]) as api:
+                           connector_classes=[WebFormsChannel]) as api:
         yield api
 
 

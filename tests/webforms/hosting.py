@@ -16,7 +16,7 @@ from aiohttp import ClientSession
 
 from conftest import AGENT_KEY, OPERATOR_KEY, base_config, settings_from
 from handraise.core.app import create_app
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from harness.browser import serve_app
 
 PUBLIC_URL = "http://127.0.0.1:8080"
@@ -67,7 +67,7 @@ async def hosted(tmp_path: Path, **extra: Any) -> AsyncIterator[Hosted]:
     config = base_config(f"sqlite:///{tmp_path / 'h.db'}", server={"public_url": PUBLIC_URL}, **extra)
     config["tenants"][0]["name"] = "Acme Corp"
     config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
-    app = await create_app(settings_from(config), connector_classes=[WebFormsConnector])
+    app = await create_app(settings_from(config), connector_classes=[WebFormsChannel])
     async with serve_app(app) as base, ClientSession() as http:
         yield Hosted(base=base, http=http)
 

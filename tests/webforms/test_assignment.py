@@ -13,7 +13,7 @@ import pytest
 
 from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
 from handraise.core.appkeys import SERVICE
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 
 from .test_http import fetch, mint, post
 from .test_inbox_http import signed_in
@@ -30,7 +30,7 @@ async def people_app(tmp_path: Path, *, globex_people: bool = True) -> AsyncIter
     config["tenants"][0]["people"] = [ALICE, BOB, CAROL]
     if globex_people:
         config["tenants"][1]["people"] = [GUS]
-    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as api:
+    async with running_app(settings_from(config), connector_classes=[WebFormsChannel]) as api:
         yield api
 
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import Api, base_config, running_app, settings_from
 
 from handraise.core.appkeys import SERVICE
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
 from .html_tools import csrf_of, visible_text
@@ -25,7 +25,7 @@ from .test_http import ask, fetch, mint
 @pytest.fixture
 async def web(tmp_path: Path) -> AsyncIterator[Api]:
     async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}")),
-                           connector_classes=[WebFormsConnector]) as api:
+                           connector_classes=[WebFormsChannel]) as api:
         yield api
 
 

@@ -22,7 +22,7 @@ from conftest import AGENT_KEY, OPERATOR_KEY, OTHER_OPERATOR_KEY, base_config, s
 from handraise.bots.telegram import TelegramConnector
 from handraise.core.app import create_app
 from handraise.core.appkeys import SERVICE
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from harness.a11y import assert_no_serious_violations
 from harness.browser import screenshot
 from harness.fixtures import browser, page  # noqa: F401  (registers the fixtures)
@@ -75,7 +75,7 @@ async def inbox(tmp_path: Path, *, connectors: list[Any] | None = None,
     config = base_config(f"sqlite:///{tmp_path / 'inbox.db'}", server={"public_url": PUBLIC}, **(extra or {}))
     config["tenants"][0]["name"] = "Acme Ops"
     config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
-    app = await create_app(settings_from(config), connector_classes=[WebFormsConnector, *(connectors or [])])
+    app = await create_app(settings_from(config), connector_classes=[WebFormsChannel, *(connectors or [])])
     # A page's live stream stays open until the browser goes: stop as handraise serve does (5 s grace),
     # not after aiohttp's default 60.
     runner = web.AppRunner(app, shutdown_timeout=2)

@@ -30,7 +30,7 @@ from conftest import (
 )
 from handraise.core.appkeys import INBOX
 from handraise.core.logs import mask_tokens
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 
 PUBLIC = "http://127.0.0.1:8080"
 
@@ -40,7 +40,7 @@ async def inbox_app(tmp_path: Path, **extra: Any) -> AsyncIterator[Api]:
     config = base_config(f"sqlite:///{tmp_path / 'inbox.db'}", **extra)
     config["tenants"][0]["name"] = "Acme Ops"
     config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
-    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as api:
+    async with running_app(settings_from(config), connector_classes=[WebFormsChannel]) as api:
         yield api
 
 

@@ -56,7 +56,7 @@ from handraise.webforms.pages import FormPage
 from handraise.webforms.render import CSRF_FIELD, answer_schema, field_views, form_specs, parse_form, split_errors
 
 if TYPE_CHECKING:
-    from handraise.webforms.connector import WebFormsConnector
+    from handraise.webforms.connector import WebFormsChannel
 
 __all__ = ["Inbox"]
 
@@ -77,7 +77,7 @@ def _json(data: Any, *, status: int = 200) -> web.Response:
 class Inbox:
     """Routes of ``/inbox``, mounted by the web channel; pages share the hosted form's Pages and looks."""
 
-    def __init__(self, *, forms: WebFormsConnector) -> None:
+    def __init__(self, *, forms: WebFormsChannel) -> None:
         self.forms = forms
         folder = forms.pages.templates_dir / "inbox" / "static"
         forms.pages.add_assets({name: Asset.of((folder / name).read_bytes(), kind) for name, kind in _ASSETS.items()})

@@ -1,0 +1,61 @@
+"""Capped, jittered exponential backoff: the one retry and reconnect policy (channels and dispatcher).
+
+Written once, as errbot's ``_delay_reconnect`` is, but with ``asyncio.sleep``: ``Backoff`` says how long
+to pause, ``retry`` calls a step until it succeeds, ``run_forever`` calls a loop's step again whenever
+it returns or fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Capped, jittered exponential delays."""
+
+    def __init__(self, *, initial: float, cap: float) -> None:
+        self.initial = initial
+        self.cap = cap
+        self._delay = initial
+
+    def next(self) -> float:
+        """The next pause: between half and all of the current delay, which then doubles up to the cap."""
+        pause = self._delay * (0.5 + random.random() / 2)
+        self._delay = min(self._delay * 2, self.cap)
+        return pause
+
+    def reset(self) -> None:
+        self._delay = self.initial
+
+
+async def retry(step: Callable[[], Awaitable[T]], *, backoff: Backoff, log: logging.Logger, what: str) -> T:
+    """Call ``step`` until it succeeds, pausing as ``backoff`` says after each failure; return its result."""
+    while True:
+        try:
+            return await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            pause = backoff.next()
+            log.warning("%s failed (%s); retrying in %.1fs", what, type(e).__name__, pause)
+        await asyncio.sleep(pause)
+
+
+async def run_forever(step: Callable[[], Awaitable[None]], *, backoff: Backoff, log: logging.Logger,
+                      what: str) -> None:
+    """Run ``step`` again whenever it returns or fails, after a pause (reset by each clean return)."""
+    while True:
+        try:
+            await step()
+            backoff.reset()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("%s failed (%s)", what, type(e).__name__)
+        await asyncio.sleep(backoff.next())
