@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from handraise.core.api import RequestView, iso, optional_not_null, pydantic_details
+from handraise.core.api import RequestView, iso, optional_not_null
 from handraise.core.config import Settings
 from handraise.core.errors import (
     BadRequestError,
@@ -31,6 +31,7 @@ from handraise.core.errors import (
     ValidationFailedError,
 )
 from handraise.core.events import RUN_ANNOTATED, Event, EventBus
+from handraise.core.problems import field_problems
 from handraise.core.redaction import redact, redact_value
 from handraise.core.store import Store
 from handraise.core.text import label, prose
@@ -238,7 +239,7 @@ class AnnotationService:
         try:
             parsed = AnnotationBody.model_validate(body)
         except ValidationError as e:
-            raise ValidationFailedError("the annotation is not valid", fields=pydantic_details(e)) from None
+            raise ValidationFailedError("the annotation is not valid", fields=field_problems(e)) from None
         details = _signal_details(parsed.signal)
         if details:
             raise ValidationFailedError("the annotation is not valid: " + "; ".join(

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from handraise.core.errors import ValidationFailedError
 from handraise.core.people import PersonId, PersonRef
+from handraise.core.problems import field_problems
 from handraise.core.text import label, prose
 
 Kind = Literal["input", "approval", "choice"]
@@ -172,7 +173,7 @@ def parse_body(model: type[ModelT], raw: Any, *, what: str) -> ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        raise ValidationFailedError(f"the {what} is not valid", fields=pydantic_details(e)) from None
+        raise ValidationFailedError(f"the {what} is not valid", fields=field_problems(e)) from None
 
 
 def optional_not_null(schema: dict[str, Any]) -> None:
@@ -189,22 +190,6 @@ def optional_not_null(schema: dict[str, Any]) -> None:
             prop.update(rest[0] if len(rest) == 1 else {"anyOf": rest})
         if prop.get("default", 0) is None:
             del prop["default"]
-
-
-def pydantic_details(error: ValidationError) -> list[dict[str, str]]:
-    """pydantic's errors as ``{"field", "message"}`` in the API's field names, never echoing the input."""
-    out = []
-    for e in error.errors():
-        loc = [str(p) for p in e["loc"]]
-        name = "schema" if loc[:1] == ["form_schema"] else ".".join(loc) or "(body)"
-        if e["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif e["type"] == "missing":
-            message = "is required"
-        else:
-            message = e["msg"].removeprefix("Value error, ")
-        out.append({"field": name, "message": message})
-    return out
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from handraise.core.errors import ConfigError
+from handraise.core.problems import config_problem, dotted
 
 Scope = Literal["ask", "answer", "read", "annotate", "forward", "metrics"]
 ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward", "metrics")
@@ -448,47 +449,17 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_PLAIN_MESSAGES = {"extra_forbidden": "unknown key", "missing": "is required"}
-
-
-def _plain(error: Any) -> str:
-    """pydantic's wording for one error, in the words of a config file ("must be ...")."""
-    if error["type"] in _PLAIN_MESSAGES:
-        return _PLAIN_MESSAGES[error["type"]]
-    message = str(error["msg"])
-    for prefix in ("Value error, ", "Assertion failed, "):
-        message = message.removeprefix(prefix)
-    if message.startswith("Input should be "):
-        message = "must be " + message.removeprefix("Input should be ")
-    elif message.startswith("String should "):
-        message = "must " + message.removeprefix("String should ")
-    elif message.startswith(("List should ", "Dictionary should ")):
-        message = "must " + message.split(" should ", 1)[1]
-    return message.replace("a valid integer, unable to parse string as an integer", "a whole number") \
-                  .replace("a valid boolean, unable to interpret input", "true or false")
-
-
 def _config_error(error: ValidationError, *, section: tuple[str | int, ...], source: Path | None,
                   env_names: dict[tuple[str, ...], str]) -> ConfigError:
-    first = error.errors()[0]
-    loc = tuple(p for p in (*section, *first["loc"]) if p != "")
-    message = _plain(first)
+    loc, message = config_problem(error, section=section)
     # A value from the environment is named by its variable (the longest prefix that one set).
     for end in range(len(loc), 0, -1):
         name = env_names.get(tuple(str(p).lower() for p in loc[:end]))
         if name is not None:
-            rest = _dotted(loc[end:])
+            rest = dotted(loc[end:])
             return ConfigError(f"{name}{f' ({rest})' if rest else ''}: {message}")
     where = f"{source}: " if source is not None else ""
-    return ConfigError(f"{where}{_dotted(loc) or '(top level)'}: {message}")
-
-
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    """``("webhooks", 0, "url")`` → ``webhooks[0].url``, as the TOML reads."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
-    return out
+    return ConfigError(f"{where}{dotted(loc) or '(top level)'}: {message}")
 
 
 def _absolute_sqlite(url: str, base: Path) -> str:

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from handraise.core.api import pydantic_details
 from handraise.core.appkeys import SETTINGS
 from handraise.core.errors import BadRequestError, PayloadTooLargeError
+from handraise.core.problems import field_problems, joined
 from handraise.core.text import has_lone_surrogate, text_problem
 
 __all__ = ["MAX_JSON_DEPTH", "parse_json", "parse_query", "read_json", "refuse_malformed"]
@@ -120,5 +120,5 @@ def parse_query(request: web.Request, model: type[QueryT]) -> QueryT:
     try:
         return model.model_validate(dict(request.query))
     except ValidationError as e:
-        details = pydantic_details(e)
-        raise BadRequestError("; ".join(f"{d['field']}: {d['message']}" for d in details), fields=details) from None
+        details = field_problems(e)
+        raise BadRequestError(joined(details), fields=details) from None

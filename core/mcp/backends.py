@@ -9,6 +9,7 @@ from handraise.client import ApiError, AsyncHandraise, Cancelled, Expired, Handr
 from handraise.core.api import CreateRequestBody, LinkRecord, RequestRecord, RequestView
 from handraise.core.errors import HandraiseError
 from handraise.core.http.auth import Principal
+from handraise.core.problems import joined
 from handraise.core.service import RequestService
 
 
@@ -31,7 +32,7 @@ class Backend(Protocol):
 
 
 def _tool_error(error: HandraiseError) -> ToolError:
-    fields = "; ".join(f"{f['field']}: {f['message']}" for f in error.fields)
+    fields = joined(error.fields)
     return ToolError(f"{error.code}: {error.message}" + (f" ({fields})" if fields else ""))
 
 
