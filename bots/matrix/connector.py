@@ -30,7 +30,7 @@ from handraise.bots.matrix.cards import (
 from handraise.bots.matrix.direct import DirectMessages
 from handraise.bots.matrix.rooms import level_needed, level_text, message_key, power_of, room_problems
 from handraise.bots.matrix.session import MatrixSession, saved_session
-from handraise.bots.matrix.settings import MatrixSettings
+from handraise.bots.matrix.settings import MatrixSettings, is_user_id
 from handraise.bots.matrix.sync import LEADER, SyncLoop
 from handraise.core import wording
 from handraise.core.api import RequestView
@@ -200,33 +200,50 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
 
     # -- delivery -------------------------------------------------------------------
 
+    def direct_target(self, user_id: str) -> str | None:
+        # The person's Matrix id: deliver posts to the direct room the bot keeps with them.
+        return user_id
+
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
         if target in self._encrypted:
             raise ConnectorError(f"matrix: room {target} is end-to-end encrypted, which is not supported",
                                  permanent=True)
         await self._ensure_connected()
-        # A fixed transaction id per (request, room): a retry after a lost
+        person = target if is_user_id(target) else None
+        room_id = await self._open_direct(person) if person is not None else target
+        if room_id in self._encrypted:
+            raise ConnectorError(f"matrix: the direct room with {person} is end-to-end encrypted, which is not "
+                                 "supported", permanent=True)
+        # A fixed transaction id per (request, target): a retry after a lost
         # response gets the same event back instead of a second card.
         txn = f"handraise.card.{request.id}.{hashlib.sha256(target.encode()).hexdigest()[:12]}"
-        content = card_content(request, people=self._people(request.tenant_id), tz=self.timezone(request.tenant_id))
-        event_id = await self._send(target, "m.room.message", content,
+        # In a direct room every message notifies its one person: nobody to mention.
+        people = [] if person is not None else self._people(request.tenant_id)
+        content = card_content(request, people=people, tz=self.timezone(request.tenant_id))
+        event_id = await self._send(room_id, "m.room.message", content,
                                     what=f"post a card to {target}", txn_id=txn)
-        await self.service.remember_message(channel=self.name, message_key=message_key(target, event_id),
+        await self.service.remember_message(channel=self.name, message_key=message_key(room_id, event_id),
                                             tenant_id=request.tenant_id, request_id=request.id)
-        ref = {"room_id": target, "event_id": event_id}
+        ref = {"room_id": room_id, "event_id": event_id}
+        if person is not None:
+            ref["person"] = person
         try:
             # The bot's own 📝 under the card: asking for one's form link is one click.
             ref["form_key"] = await self._send(
-                target, "m.reaction", reaction_content(event_id, FORM_KEY), what=f"react in {target}",
+                room_id, "m.reaction", reaction_content(event_id, FORM_KEY), what=f"react in {room_id}",
                 txn_id=f"handraise.formkey.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}")
         except ConnectorError as e:
             self.log.warning("matrix: could not put %s under the card (%s)", FORM_KEY, e.message)
-        self.log.info("matrix: card posted", extra={"request_id": request.id, "room_id": target})
+        self.log.info("matrix: card posted", extra={"request_id": request.id, "room_id": room_id,
+                                                    "direct": person is not None})
         return ref
 
-    def _people(self, tenant_id: str) -> list[str]:
+    def _people(self, tenant_id: str, ref: dict[str, Any] | None = None) -> list[str]:
+        """Who a card or reminder mentions: the people who may answer, nobody in a direct room."""
         route = self.settings.tenants.get(tenant_id)
-        return route.resolved_people() if route is not None else []
+        if route is None or (ref is not None and ref.get("person")):
+            return []
+        return route.resolved_people()
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
@@ -250,7 +267,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         await self._ensure_connected()
         text = reminder_text(request, now=self.service.clock(), tz=self.timezone(request.tenant_id))
         content = notify(thread_notice([text], card_event_id=card_id, reply_to=card_id, mention=None),
-                         self._people(request.tenant_id))
+                         self._people(request.tenant_id, ref))
         await self._send(room_id, "m.room.message", content, what=f"remind in {room_id}")
 
     # -- answers --------------------------------------------------------------------
@@ -324,9 +341,11 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
 
     async def _lookup(self, room_id: str, event_id: str) -> tuple[str, str] | None:
         found = await self.service.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
-        if found is None or found[0] != self._room_tenant.get(room_id):
+        if found is None:
             return None
-        return found
+        # A configured room serves one tenant; a direct room, every tenant that assigned its person.
+        tenant = self._room_tenant.get(room_id)
+        return found if tenant is None or found[0] == tenant else None
 
     async def _card_for(self, room_id: str, relates: dict[str, Any]) -> tuple[str, str, str] | None:
         """(tenant, request, card event) for a reply or thread message on a card."""

@@ -9,7 +9,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from nio import RoomCreateResponse, RoomGetStateEventResponse
+from nio import RoomCreateResponse, RoomGetStateEventResponse, RoomKickResponse, RoomLeaveResponse
 from nio.api import RoomPreset
 
 from handraise.bots.matrix.cards import link_closed_content, link_content, private_notice
@@ -20,8 +20,10 @@ from handraise.core.chat import Sender
 from handraise.core.connectors import AnswerOutcome
 from handraise.core.errors import ConnectorError
 
-# Durable state: person -> the direct room the bot opened with them (for personal form links).
+# Durable state: person -> the direct room the bot opened with them (personal form links, assigned cards).
 DIRECT_ROOMS = "matrix.direct"
+# Durable state: direct room -> its person, so the sync loop reads answers to cards posted there.
+DIRECT_ROOM_PEOPLE = "matrix.direct.rooms"
 # Durable state: request id -> the [room, event] of each direct message that carried a form link.
 LINKS_SENT = "matrix.links"
 
@@ -32,6 +34,9 @@ class DirectMessages(HomeserverCalls):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._direct_locks: dict[str, asyncio.Lock] = {}
+        # Direct rooms known here to be the bot's (recorded in the store once per process).
+        self._direct_rooms: set[str] = set()
+        self._account_data_lock = asyncio.Lock()
 
     async def _on_link_asked(self, sender: Sender, *, tenant_id: str, request_id: str) -> None:
         """A 📝 on a card: the person's own one-time form link, by direct message (allowlisted people only)."""
@@ -68,29 +73,83 @@ class DirectMessages(HomeserverCalls):
 
     async def _send_direct(self, user_id: str, content: dict[str, Any], *, what: str) -> tuple[str, str]:
         """Send ``content`` to one person in a direct room with them: (room, event)."""
-        async with self._direct_locks.setdefault(user_id, asyncio.Lock()):
-            room_id = await self._direct_room(user_id)
+        room_id = await self._open_direct(user_id)
         return room_id, await self._send(room_id, "m.room.message", content, what=f"send {what} to {user_id}")
+
+    async def _open_direct(self, user_id: str) -> str:
+        """The direct room with ``user_id``, opened once however many messages to them are on their way."""
+        async with self._direct_locks.setdefault(user_id, asyncio.Lock()):
+            return await self._direct_room(user_id)
 
     async def _direct_room(self, user_id: str) -> str:
         """The bot's direct room with ``user_id``: one it made before (kept here and in the bot's
-        ``m.direct``) where the person still is or is invited, else a new one, marked in ``m.direct``."""
+        ``m.direct``) where the person still is or is invited, else a new one, marked in ``m.direct``.
+
+        Instances that open one for the same person at once agree through the store: the first room
+        settled there (a compare-and-set) is everyone's, and a room that lost is left."""
+        key = user_id[:200]
         direct = await self._account_data("m.direct")
-        known = await self.service.get_state(DIRECT_ROOMS, user_id[:200])
+        known = await self.service.get_state(DIRECT_ROOMS, key)
         candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str)]
-        for room_id in dict.fromkeys(candidates):
-            if await self._still_there(room_id, user_id):
-                if known != room_id:
-                    await self.service.set_state(DIRECT_ROOMS, user_id[:200], room_id)
-                return room_id
-        created = await self._call(self.client.room_create(is_direct=True, invite=[user_id],
-                                                           preset=RoomPreset.trusted_private_chat),
-                                   RoomCreateResponse, f"open a direct room with {user_id}")
-        direct[user_id] = [*[r for r in direct.get(user_id) or [] if isinstance(r, str)], created.room_id]
-        await self._put_account_data("m.direct", direct)
-        await self.service.set_state(DIRECT_ROOMS, user_id[:200], created.room_id)
-        self.log.info("matrix: opened a direct room", extra={"room_id": created.room_id})
-        return created.room_id
+        room_id = None
+        for candidate in dict.fromkeys(candidates):
+            if await self._still_there(candidate, user_id):
+                room_id = candidate
+                break
+        made = room_id is None
+        if room_id is None:
+            created = await self._call(self.client.room_create(is_direct=True, invite=[user_id],
+                                                               preset=RoomPreset.trusted_private_chat),
+                                       RoomCreateResponse, f"open a direct room with {user_id}")
+            room_id = created.room_id
+            self.log.info("matrix: opened a direct room", extra={"room_id": room_id})
+        if room_id != known:
+            settled = await self.service.update_state(
+                DIRECT_ROOMS, key, lambda current, mine=room_id: mine if current == known else current)
+            if settled != room_id:
+                # Another instance settled a room with this person meanwhile: theirs is the one.
+                if made:
+                    await self._abandon(room_id, user_id)
+                room_id = settled
+        if room_id not in self._direct_rooms:
+            # The sync loop (on whichever instance leads it) reads answers in this room.
+            await self.service.set_state(DIRECT_ROOM_PEOPLE, room_id[:200], user_id)
+            self._direct_rooms.add(room_id)
+        if room_id not in (direct.get(user_id) or []):
+            await self._list_direct(user_id, room_id)
+        return room_id
+
+    async def _list_direct(self, user_id: str, room_id: str) -> None:
+        """Add the room to the bot's ``m.direct`` (clients show a room as a DM from it).
+
+        Account data has no compare-and-set: writes here are one at a time, each on what is stored
+        now; a write another instance lost is made again the next time the room is used."""
+        async with self._account_data_lock:
+            direct = await self._account_data("m.direct")
+            listed = [r for r in direct.get(user_id) or [] if isinstance(r, str)]
+            if room_id not in listed:
+                direct[user_id] = [*listed, room_id]
+                await self._put_account_data("m.direct", direct)
+
+    async def _abandon(self, room_id: str, user_id: str) -> None:
+        """Leave a direct room nobody will use, taking back its invite first where the bot may (from
+        room version 12 the person invited to a private chat is one of its creators: the invite stays)."""
+        for call, ok, what in ((self.client.room_kick(room_id, user_id, reason="Opened twice"), RoomKickResponse,
+                                f"take back an invite to {room_id}"),
+                               (self.client.room_leave(room_id), RoomLeaveResponse, f"leave {room_id}")):
+            try:
+                await self._call(call, ok, what)
+            except ConnectorError as e:
+                self.log.info("matrix: a spare direct room (%s)", e.message, extra={"room_id": room_id})
+
+    async def _is_direct_room(self, room_id: str) -> bool:
+        """Whether ``room_id`` is a direct room the bot opened with someone (cards may be answered there)."""
+        if room_id in self._direct_rooms:
+            return True
+        if await self.service.get_state(DIRECT_ROOM_PEOPLE, room_id[:200]) is None:
+            return False
+        self._direct_rooms.add(room_id)
+        return True
 
     async def _still_there(self, room_id: str, user_id: str) -> bool:
         response = await self.client.room_get_state_event(room_id, "m.room.member", user_id)

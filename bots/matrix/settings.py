@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -13,6 +14,11 @@ from handraise.core.people import REFERENCE
 _USER_ID = re.compile(r"@[^:\s]+:[^\s]+")
 # Room ids: "!opaque:server" up to room version 11, "!opaque" from version 12.
 _ROOM_ID = re.compile(r"![^\s]+")
+
+
+def is_user_id(value: str) -> bool:
+    """Whether ``value`` is a Matrix user id (a person) rather than a room id."""
+    return _USER_ID.fullmatch(value) is not None
 
 
 class MatrixTenantSettings(TenantRoute):
@@ -67,6 +73,9 @@ class MatrixSettings(RoutedSettings):
     sync_timeout_ms: int = Field(default=30000, ge=1000, le=300000)
     remind_after_seconds: int | None = Field(default=None, ge=1)
     tenants: dict[str, MatrixTenantSettings] = Field(min_length=1)
+    # A request assigned to people (assign_to) also reaches each of them in a direct room with the bot:
+    # "room_and_direct", only there ("direct"; the rooms when none is on the allowlist), or "room".
+    assigned_delivery: Literal["room_and_direct", "direct", "room"] = "room_and_direct"
 
     @field_validator("homeserver")
     @classmethod

@@ -22,7 +22,8 @@ STATE_NAMESPACE = "matrix"
 
 
 class SyncLoop(HomeserverCalls):
-    """Reads /sync and hands each event of a configured room to ``_handle_event``."""
+    """Reads /sync and hands each event of a configured room or of a direct room the bot opened
+    (``_is_direct_room``, from :class:`DirectMessages`) to ``_handle_event``."""
 
     # How many events one sync returns per room; a longer gap is paged in from /messages.
     timeline_limit: ClassVar[int] = 50
@@ -114,7 +115,7 @@ class SyncLoop(HomeserverCalls):
                 self.log.info("matrix: ignoring an invite to a room that is not configured",
                               extra={"room_id": room_id})
         for room_id, info in response.rooms.join.items():
-            if room_id not in self._room_tenant:
+            if room_id not in self._room_tenant and not await self._is_direct_room(room_id):
                 continue
             if any(getattr(e, "source", {}).get("type") == "m.room.encryption" for e in info.state):
                 self._report_encrypted(room_id)
