@@ -57,7 +57,7 @@ def migrations_head() -> str:
 async def check_store(settings: Settings) -> tuple[list[Finding], list[dict[str, Any]] | None]:
     """The store's findings, and its stored API keys when it could be read (for the key check)."""
     from handraise.core.app import check_postgres_version
-    from handraise.core.cli import store_description
+    from handraise.core.commands.base import store_description
     from handraise.core.errors import UnavailableError
     from handraise.core.store import Store
 

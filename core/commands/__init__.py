@@ -1,0 +1,1 @@
+"""The ``handraise`` command's subcommands, one module per concept; ``core/cli.py`` parses and dispatches."""

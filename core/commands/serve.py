@@ -1,0 +1,111 @@
+"""``handraise serve``: bind first, then run the app until SIGINT or SIGTERM, and say where it serves."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import signal
+import socket
+
+from handraise import __version__
+from handraise.core.commands.base import duration, settings_of, store_description
+from handraise.core.config import Settings
+from handraise.core.errors import ConfigError
+
+
+def _bind(settings: Settings) -> socket.socket:
+    """Listen before anything opens: a busy port is one line, not a half-started server."""
+    host, port = settings.server.host, settings.server.port
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"server.host {host!r}: not an address of this machine ({e.strerror}); "
+                          "set --host or [server] host (HANDRAISE_SERVER__HOST)") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ConfigError(f"server.port {port} on {host} is in use (another handraise serve?); "
+                              "choose another with --port or [server] port (HANDRAISE_SERVER__PORT)") from None
+        if e.errno == errno.EACCES:
+            raise ConfigError(f"server.port {port}: not allowed for this user; use a port above 1023 "
+                              "with --port or [server] port (HANDRAISE_SERVER__PORT)") from None
+        raise ConfigError(f"server.host {host!r}, port {port}: cannot listen there ({e.strerror}); "
+                          "set --host/--port or [server] host/port") from None
+    sock.setblocking(False)
+    return sock
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from handraise.core.app import create_app
+    from handraise.core.logs import AccessLog, configure_logging
+
+    settings = settings_of(args)
+    if args.host:
+        settings.server.host = args.host
+    if args.port is not None:
+        settings.server.port = args.port
+    configure_logging(settings.logging)
+    sock = _bind(settings)
+    host, port = sock.getsockname()[:2]
+    settings.server.served_at(settings.server.host, port)
+
+    async def run() -> None:
+        from handraise.core.appkeys import INBOX, KEYRING, STORE
+
+        app = await create_app(settings)
+        runner = web.AppRunner(app, access_log_class=AccessLog, shutdown_timeout=5)
+        try:
+            await runner.setup()  # runs the cleanup contexts' start: store, listener, sweeper, connectors
+            await web.SockSite(runner, sock).start()
+            # Announced only once the socket listens, so "serving" is true when read.
+            stored = await app[STORE].list_api_keys()
+            where = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+            print(f"handraise {__version__}: serving on {where}", flush=True)
+            print(f"  store:      {store_description(settings)}", flush=True)
+            print(f"  public_url: {settings.server.public_url}"
+                  + ("" if settings.server.public_url_set else
+                     "  (the address served; set [server] public_url to the one humans reach)"), flush=True)
+            if settings.source is None:
+                # The embedded default: a sign-in link for its one tenant, so a first question shows up there.
+                minted = await app[INBOX].mint(tenant_id=settings.tenants[0].id, name="operator",
+                                               created_by="cli:serve")
+                print(f"  inbox:      {minted.url}", flush=True)
+                print(f"              (sign-in link: works once, within {duration(settings.inbox.signin_link_seconds)}; "
+                      "handraise inbox-link makes more)", flush=True)
+            if app[KEYRING].empty and not stored:
+                for line in first_run_hint(settings):
+                    print(line, flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(run())
+    finally:
+        sock.close()
+    return 0
+
+
+def first_run_hint(settings: Settings) -> list[str]:
+    """What a new user does next: keys, a first question, and where it shows up (the inbox)."""
+    tenant = settings.tenants[0].id
+    flag = "" if len(settings.tenants) == 1 else f" --tenant {tenant}"
+    return ["handraise: no API keys yet. Create one for an agent and one for a human operator:",
+            f"  handraise keys create{flag} --scopes ask",
+            f"  handraise keys create{flag} --scopes answer,read",
+            "then ask a question: HANDRAISE_KEY=<the ask key> handraise ask \"Your question?\"",
+            "and answer it in the inbox: open the sign-in link above, or make one with "
+            f"handraise inbox-link --tenant {tenant} --name <your name>"]
