@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from handraise.core.errors import ValidationFailedError
 from handraise.core.people import PersonId, PersonRef
 from handraise.core.problems import field_problems
+from handraise.core.schedule import MAX_REMINDERS, MAX_STEPS, EscalationStep, Schedule, Seconds
 from handraise.core.text import label, prose
 
 Kind = Literal["input", "approval", "choice"]
@@ -123,6 +124,16 @@ class CreateRequestBody(BaseModel):
     assign_to: list[PersonRef] | None = Field(default=None, min_length=1, max_length=50)
     # The person the agent acts for: they may never approve it (four eyes; approvals only).
     on_behalf_of: PersonId | None = None
+    # Who else is reached, and may answer, while it stays pending (core/schedule.py).
+    escalation: list[EscalationStep] | None = Field(default=None, min_length=1, max_length=MAX_STEPS)
+    reminders: list[Seconds] | None = Field(
+        default=None, min_length=1, max_length=MAX_REMINDERS,
+        description="Seconds after creation at which a still-pending request is pinged where it was posted")
+    remind_after_seconds: Seconds | None = Field(default=None, description="One reminder: reminders [N]")
+
+    def reminder_schedule(self) -> list[int] | None:
+        return self.reminders if self.reminders is not None else (
+            [self.remind_after_seconds] if self.remind_after_seconds is not None else None)
 
     def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
         """What makes two creates 'the same body': every field, defaults filled in."""
@@ -142,6 +153,9 @@ class CreateRequestBody(BaseModel):
             **({"proposal_schema": self.proposal_schema} if self.proposal_schema is not None else {}),
             **({"assign_to": sorted(set(self.assign_to))} if self.assign_to is not None else {}),
             **({"on_behalf_of": self.on_behalf_of} if self.on_behalf_of is not None else {}),
+            **({"escalation": [s.model_dump(exclude_none=True) for s in self.escalation]}
+               if self.escalation is not None else {}),
+            **({"reminders": reminders} if (reminders := self.reminder_schedule()) is not None else {}),
         }
 
 
@@ -245,6 +259,8 @@ class RequestView:
         return url_host(self.callback_url) if self.callback_url else None
     assign_to: list[str] | None = None
     on_behalf_of: str | None = None
+    # Escalation steps and reminders, and how far the clock took them (core/schedule.py).
+    schedule: Schedule | None = None
 
     @property
     def terminal(self) -> bool:
@@ -280,6 +296,7 @@ class RequestView:
             proposal_schema=json.loads(row["proposal_schema_json"]) if row.get("proposal_schema_json") else None,
             assign_to=json.loads(row["assign_to_json"]) if row.get("assign_to_json") else None,
             on_behalf_of=row.get("on_behalf_of"),
+            schedule=Schedule.from_json(row.get("schedule_json"), created_at=row["created_at"]),
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -305,6 +322,8 @@ class RequestView:
             out["assign_to"] = self.assign_to
         if self.on_behalf_of is not None:
             out["on_behalf_of"] = self.on_behalf_of
+        if self.schedule is not None:
+            out.update(schedule_json(self.schedule))
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
@@ -324,6 +343,21 @@ class RequestView:
     def event_json(self) -> dict[str, Any]:
         """Safe for every ``read`` key of the tenant: a sensitive response never appears."""
         return self.to_json(include_response=not self.sensitive)
+
+
+def schedule_json(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as the request shows it: each step with ``reached`` and ``reached_at``, each reminder
+    with ``sent_at``; times as ISO 8601, like every other time of a request."""
+    out: dict[str, Any] = {}
+    if schedule.steps:
+        out["escalation"] = [{**{k: v for k, v in s.to_json().items() if not k.endswith("_at")},
+                              "reached": s.reached_at is not None, "reached_at": iso(s.reached_at),
+                              **({"reminded_at": iso(s.reminded_at)} if s.reminded_at is not None else {})}
+                             for s in schedule.steps]
+    if schedule.reminders:
+        out["reminders"] = [{"after_seconds": r.after_seconds, "sent_at": iso(r.sent_at)}
+                            for r in schedule.reminders]
+    return out
 
 
 @dataclass(frozen=True)
@@ -394,6 +428,10 @@ class RequestRecord(BaseModel):
     channels: list[str] = Field(default_factory=list)
     assign_to: list[str] | None = None
     on_behalf_of: str | None = None
+    escalation: list[dict[str, Any]] | None = Field(
+        default=None, description="Escalation steps, each with reached and reached_at once the clock reached it")
+    reminders: list[dict[str, Any]] | None = Field(
+        default=None, description="Scheduled reminders, each with sent_at once sent")
     created_at: datetime
     expires_at: datetime
     response: Any = None

@@ -165,20 +165,30 @@ class ChatConnector(Connector):
         mode = getattr(self.settings, "assigned_delivery", "room")
         if request.assign_to is None or mode == "room":
             return places
-        route = self.settings.tenants.get(request.tenant_id)
+        direct = self._direct(request.tenant_id, expand(self.app_settings, request.tenant_id, request.assign_to).people)
+        if mode == "direct" and direct:
+            return direct
+        return places + [t for t in direct if t not in places]
+
+    def reach(self, request: RequestView, person_ids: list[str]) -> list[str]:
+        """These people's DMs, unless ``assigned_delivery = "room"`` keeps this connector to its rooms."""
+        if getattr(self.settings, "assigned_delivery", "room") == "room":
+            return []
+        return self._direct(request.tenant_id, person_ids)
+
+    def _direct(self, tenant_id: str, person_ids: tuple[str, ...] | list[str]) -> list[str]:
+        route = self.settings.tenants.get(tenant_id)
         allowed = route.allowed() if route is not None else frozenset()
-        tenant = self.app_settings.tenant(request.tenant_id)
+        tenant = self.app_settings.tenant(tenant_id)
         direct: list[str] = []
-        for person_id in expand(self.app_settings, request.tenant_id, request.assign_to).people:
+        for person_id in person_ids:
             person = tenant.person(person_id) if tenant is not None else None
             identity = person.identity(self.name) if person is not None else None
             # Only people this channel lets answer: a DM to anyone else would invite a refused tap.
             target = self.direct_target(identity) if identity is not None and identity in allowed else None
             if target is not None and target not in direct:
                 direct.append(target)
-        if mode == "direct" and direct:
-            return direct
-        return places + [t for t in direct if t not in places]
+        return direct
 
     def direct_target(self, user_id: str) -> str | None:
         """Where a message reaches this person alone (their DM), or None where the messenger has no such

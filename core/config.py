@@ -40,6 +40,8 @@ from pydantic import (
 
 from handraise.core.errors import ConfigError
 from handraise.core.problems import config_problem, dotted
+from handraise.core.schedule import MAX_REMINDERS, MAX_STEPS, EscalationStep
+from handraise.core.schedule import problems as schedule_problems
 
 Scope = Literal["ask", "answer", "read", "annotate", "forward", "metrics"]
 ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward", "metrics")
@@ -293,6 +295,28 @@ class CallbackSettings(_Section):
         return [host.strip().strip("[]").lower() for host in value]
 
 
+KINDS: tuple[str, ...] = ("input", "approval", "choice")
+
+
+class KindDefaults(_Section):
+    """``[tenants.defaults.<kind>]``: what a request of that kind gets when its create leaves a field out."""
+
+    timeout_seconds: int | None = Field(default=None, ge=1)
+    assign_to: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    escalation: list[EscalationStep] | None = Field(default=None, min_length=1, max_length=MAX_STEPS)
+    reminders: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1, max_length=MAX_REMINDERS)
+    # "expire", "reject" (approvals) or {default = <answer>} (never approvals; checked against each
+    # request's schema at create).
+    on_timeout: Literal["expire", "reject"] | dict[str, Any] | None = None
+
+    @field_validator("on_timeout")
+    @classmethod
+    def _policy(cls, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) != {"default"}:
+            raise ValueError('must be "expire", "reject" or {default = <an answer>}')
+        return value
+
+
 class TenantSettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     name: str | None = Field(default=None, min_length=1, max_length=80)
@@ -307,6 +331,8 @@ class TenantSettings(_Section):
     callbacks: CallbackSettings | None = None
     # Its people: allowlists and assignment name them (``alice``, ``group:oncall``); core/people.py.
     people: list[PersonSettings] = Field(default_factory=list)
+    # Per kind of request, what a create that leaves them out gets (core/defaults.py).
+    defaults: dict[Literal["input", "approval", "choice"], KindDefaults] = Field(default_factory=dict)
 
     @field_validator("people")
     @classmethod
@@ -330,6 +356,34 @@ class TenantSettings(_Section):
 
     def person(self, person_id: str) -> PersonSettings | None:
         return next((p for p in self.people if p.id == person_id), None)
+
+    def unknown_references(self, refs: list[str]) -> list[str]:
+        """Those of ``alice`` / ``group:oncall`` that name nobody of this tenant."""
+        def named(ref: str) -> bool:
+            if ref.startswith("group:"):
+                return any(ref[len("group:"):] in p.groups for p in self.people)
+            return self.person(ref) is not None
+        return [ref for ref in refs if not named(ref)]
+
+    def defaults_problem(self, *, default_timeout: int, max_timeout: int) -> str | None:
+        """What is wrong with ``[tenants.defaults]`` (the key and why), or None. The request's own
+        fields are checked again at create, against the request."""
+        for kind, given in self.defaults.items():
+            where = f"defaults.{kind}"
+            timeout = given.timeout_seconds or default_timeout
+            if timeout > max_timeout:
+                return f"{where}.timeout_seconds: must be at most limits.max_timeout_seconds ({max_timeout})"
+            for ref in self.unknown_references(given.assign_to or []):
+                return f"{where}.assign_to: {ref} is not one of this tenant's people or groups ([[tenants.people]])"
+            if given.on_timeout == "reject" and kind != "approval":
+                return f'{where}.on_timeout: "reject" is for approvals only'
+            if isinstance(given.on_timeout, dict) and kind == "approval":
+                return f"{where}.on_timeout: an approval never takes a default: expiry is never consent"
+            found = schedule_problems(escalation=given.escalation, reminders=given.reminders, timeout=timeout,
+                                      unknown=self.unknown_references, channel_problem=_channel_problem)
+            if found:
+                return f"{where}.{found[0]['field']}: {found[0]['message']}"
+        return None
 
     @field_validator("timezone")
     @classmethod
@@ -370,7 +424,7 @@ class Settings(_Section):
             self.tenants = [TenantSettings(id=DEFAULT_TENANT)]
         seen: set[str] = set()
         key_ids: set[str] = set()
-        for tenant in self.tenants:
+        for index, tenant in enumerate(self.tenants):
             if tenant.id in seen:
                 raise ValueError(f"tenant id {tenant.id!r} appears twice")
             seen.add(tenant.id)
@@ -378,6 +432,10 @@ class Settings(_Section):
                 if key.id in key_ids:
                     raise ValueError(f"key id {key.id!r} appears twice")
                 key_ids.add(key.id)
+            problem = tenant.defaults_problem(default_timeout=self.limits.default_timeout_seconds,
+                                              max_timeout=self.limits.max_timeout_seconds)
+            if problem is not None:
+                raise ValueError(f"tenants[{index}].{problem} (tenant {tenant.id})")
         return self
 
     @property
@@ -395,6 +453,15 @@ class Settings(_Section):
     def config_error(self, error: ValidationError, *, section: tuple[str | int, ...] = ()) -> ConfigError:
         """The one line a user reads for a validation error of this config (or of one section of it)."""
         return _config_error(error, section=section, source=self._source, env_names=self._env_names)
+
+
+# Channels a default's escalation step may name: the connectors (whether one serves the tenant is
+# checked at create, when the enabled connectors are known).
+_CHANNELS = frozenset({"telegram", "matrix", "slack", "email", "webhooks", "web"})
+
+
+def _channel_problem(channel: str) -> str | None:
+    return None if channel in _CHANNELS else f"{channel} is not a channel ({', '.join(sorted(_CHANNELS))})"
 
 
 def scopes_problem(scopes: list[str] | frozenset[str]) -> str | None:
@@ -459,7 +526,12 @@ def _config_error(error: ValidationError, *, section: tuple[str | int, ...], sou
             rest = dotted(loc[end:])
             return ConfigError(f"{name}{f' ({rest})' if rest else ''}: {message}")
     where = f"{source}: " if source is not None else ""
+    if not loc and _KEY_FIRST.match(message):
+        return ConfigError(f"{where}{message}")  # a check across tables names its key itself
     return ConfigError(f"{where}{dotted(loc) or '(top level)'}: {message}")
+
+
+_KEY_FIRST = re.compile(r"^[a-z_]+\[\d+\]\.[a-z_.\d]+: ")
 
 
 def _absolute_sqlite(url: str, base: Path) -> str:

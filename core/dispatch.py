@@ -24,7 +24,7 @@ from handraise.core.api import RequestView
 from handraise.core.backoff import Backoff
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConnectorError, NotFoundError
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, Event
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, Event
 from handraise.core.redaction import redact
 from handraise.core.service import RequestService
 
@@ -111,6 +111,9 @@ class Dispatcher:
             return
         if ev.type == REQUEST_CREATED:
             self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
+        elif ev.type == REQUEST_SCHEDULED:
+            self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id, people=ev.data.get("people", []),
+                                                      remind=bool(ev.data.get("remind"))))
         elif ev.type == REQUEST_RESOLVED:
             if ev.data.get("callback_host"):
                 self._spawn(ev.object_id, self._call_back(ev.tenant_id, ev.object_id))
@@ -212,7 +215,8 @@ class Dispatcher:
             await self._withdraw_one(connector, after, target, delivery_id, sent)
             return
         remind_after = connector.remind_after()
-        if remind_after:
+        # A request with reminders of its own is pinged on its schedule instead (core/escalation.py).
+        if remind_after and not (after.schedule is not None and after.schedule.reminds):
             self._schedule_reminder(connector, after, target, delivery_id, remind_after)
 
     async def _send(self, view: RequestView, *, channel: str, target: str, delivery_id: int,
@@ -314,13 +318,17 @@ class Dispatcher:
         # The send itself is work in flight; the sleep before it was not.
         self._spawn(view.id, self._remind_one(connector, view, target, delivery_id))
 
-    async def _remind_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int) -> None:
+    async def _remind_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                          *, scheduled: bool = False) -> None:
+        """One reminder of a sent delivery: the connector's one (``remind_after_seconds``), or, ``scheduled``,
+        one of the request's own schedule (which the sweeper decided once, for every instance)."""
         try:
             current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         except NotFoundError:
             return
         row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
-        if current.terminal or row is None or row["status"] != "sent" or row["reminded_at"] is not None:
+        if current.terminal or row is None or row["status"] != "sent" or (
+                row["reminded_at"] is not None and not scheduled):
             return
         # Marked first: a reminder is sent at most once, even if the send below fails.
         await self.service.store.update_delivery(delivery_id, reminded_at=self.service.clock())
@@ -346,6 +354,39 @@ class Dispatcher:
         if after.terminal and extra:
             # Resolved while the reminder was being posted: the withdraw pass may have missed it.
             await self._withdraw_one(connector, after, target, delivery_id, ref)
+
+    # -- escalation steps and scheduled reminders (core/escalation.py) ---------
+
+    async def _scheduled(self, tenant_id: str, request_id: str, *, people: list[str], remind: bool) -> None:
+        """The sweeper reached steps of this request (their ``people``) or a reminder: reach the people and
+        places it now has and had no delivery for, or ping every place it was posted."""
+        try:
+            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        except NotFoundError:
+            return
+        if view.terminal:
+            return
+        rows = await self.service.store.deliveries_for(tenant_id, request_id)
+        if people:
+            had = {(r["channel"], r["target"]) for r in rows}
+            for channel in view.channels:
+                connector = self.connectors.get(channel)
+                if connector is None:
+                    continue
+                targets = connector.targets_for(view) + connector.reach(view, people)
+                for target in dict.fromkeys(targets):
+                    if (channel, target) in had:
+                        continue
+                    delivery_id = await self.service.store.upsert_delivery(
+                        tenant_id=tenant_id, request_id=request_id, channel=channel, target=target,
+                        now=self.service.clock())
+                    self._spawn(request_id, self._deliver_one(connector, view, target, delivery_id))
+        if remind:
+            for row in rows:
+                connector = self.connectors.get(row["channel"])
+                if connector is not None and row["status"] == "sent":
+                    self._spawn(request_id, self._remind_one(connector, view, row["target"], row["id"],
+                                                             scheduled=True))
 
     # -- withdraw --------------------------------------------------------------
 

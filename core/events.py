@@ -30,6 +30,9 @@ RUN_ANNOTATED = "run.annotated"
 # Internal, not on ``GET /v1/events``: a person opened a request's form or first tried to answer
 # (``opened_at``/``interacted_at``); the HITL-protocol event stream turns it into review.opened/in_progress.
 REQUEST_PROGRESS = "request.progress"
+# Internal: the clock reached a request's escalation step(s) or a reminder (core/escalation.py); the
+# dispatcher of the instance that reached it reaches the people and pings the places.
+REQUEST_SCHEDULED = "request.scheduled"
 
 # Rebuilds an event's data from the store when it arrives from another instance:
 # (tenant_id, object id) -> data, or None when the object is gone.

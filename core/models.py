@@ -27,6 +27,9 @@ class RequestRow(SQLModel, table=True):
         # ... and of those handed out once, by when (migration 0009): each look is a range, not a scan.
         Index("ix_requests_sealed_delivered", "response_delivered_at",
               sqlite_where=text("response_sealed IS NOT NULL"), postgresql_where=text("response_sealed IS NOT NULL")),
+        # The sweeper's look for escalation steps and reminders that are due (migration 0013).
+        Index("ix_requests_status_next_due", "status", "next_due_at",
+              sqlite_where=text("next_due_at IS NOT NULL"), postgresql_where=text("next_due_at IS NOT NULL")),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -74,6 +77,9 @@ class RequestRow(SQLModel, table=True):
     assign_to_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     # The person the agent acts for: they may never approve this request (four eyes).
     on_behalf_of: str | None = Field(default=None, max_length=64)
+    # Escalation steps and reminders with the times reached (core/schedule.py), and when the next is due.
+    schedule_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    next_due_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
 
 
 class JournalRow(SQLModel, table=True):

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from handraise.core import callbacks, proposals, timeouts
+from handraise.core import callbacks, defaults, escalation, proposals, timeouts
 from handraise.core.api import (
     TIMEOUT_CHANNEL,
     CreateRequestBody,
@@ -91,6 +91,8 @@ class RequestService:
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.register_loader(REQUEST_PROGRESS, self._load_event_data)
         bus.add_listener(self._wake_on_event)
+        # Escalation steps and reminders, moved on by the sweeper (core/escalation.py).
+        self.escalations = escalation.Escalator(self)
 
     # -- create ----------------------------------------------------------------
 
@@ -99,6 +101,7 @@ class RequestService:
 
     async def create(self, *, tenant_id: str, principal: str, body: CreateRequestBody) -> tuple[RequestView, bool]:
         """Store a new request; returns (request, created). An identical retry returns the existing one."""
+        body = defaults.apply(self.settings.tenant(tenant_id), body)
         limits = self.settings.limits
         timeout = body.timeout_seconds if body.timeout_seconds is not None else limits.default_timeout_seconds
         if not 1 <= timeout <= limits.max_timeout_seconds:
@@ -145,6 +148,7 @@ class RequestService:
             raise ValidationFailedError("; ".join(f"{p['field']}: {p['message']}" for p in problems), fields=problems)
         body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()
         now = self.clock()
+        schedule = escalation.check_at_create(self, tenant_id=tenant_id, body=body, timeout=timeout, now=now)
         row = {
             "id": new_id("req"), "tenant_id": tenant_id, "unique_id": body.unique_id, "body_sha256": body_sha,
             "message_for_user": body.message_for_user,
@@ -160,6 +164,7 @@ class RequestService:
             "proposal_schema_json": json.dumps(proposal_schema, ensure_ascii=False) if proposal_schema else None,
             "assign_to_json": json.dumps(body.assign_to) if body.assign_to is not None else None,
             "on_behalf_of": body.on_behalf_of,
+            **escalation.columns(schedule),
         }
         journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
                    "principal": principal, "at": now, "data": {
@@ -170,7 +175,8 @@ class RequestService:
                        **({"callback_host": url_host(body.callback_url)} if body.callback_url else {}),
                        **({"proposal": body.proposal, "proposal_schema": proposal_schema} if proposal_schema else {}),
                        **({"assign_to": body.assign_to} if body.assign_to is not None else {}),
-                       **({"on_behalf_of": body.on_behalf_of} if body.on_behalf_of is not None else {})}}
+                       **({"on_behalf_of": body.on_behalf_of} if body.on_behalf_of is not None else {}),
+                       **(json.loads(schedule.to_json()) if schedule is not None else {})}}
         async with self.store.transaction() as conn:
             entry = await self.store.create_request(conn, row, journal=journal, notify={
                 "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
@@ -552,6 +558,7 @@ class RequestService:
             if row is not None:
                 reason = "retention" if row["response_delivered_at"] is None else "grace_over"
                 await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=row["run_id"], reason=reason)
+        await self.escalations.run_due()
         await self.prune_spent()
         return count
 

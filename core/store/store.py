@@ -44,6 +44,7 @@ from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
 from handraise.core.store.reviews import ReviewRecords
+from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.pruning import prune_spent
@@ -302,6 +303,8 @@ class Store:
         self.reviews = ReviewRecords(read=self._read, dialect=self.dialect)
         # Runs, registered or made by first use (core/store/runs.py).
         self.runs = RunRecords(read=self._read, dialect=self.dialect)
+        # Escalation steps and reminders that are due (core/store/schedule.py).
+        self.schedule = ScheduleRecords(read=self._read)
 
     # -- lifecycle -------------------------------------------------------------
 

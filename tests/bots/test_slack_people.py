@@ -109,3 +109,68 @@ async def test_four_eyes_in_slack(tmp_path: Path, fake: FakeSlack) -> None:
         assert (await api.call("GET", f"/v1/requests/{req['id']}"))[1]["status"] == "pending"
         assert (await post_signed(api, tap(fake, message, "Approve", user=BOB)))[0] == 200
         assert (await api.wait(req["id"]))["answered_by"].endswith(f"/{BOB}")
+
+
+# -- escalation and scheduled reminders (the service's clock, moved by the test) -----------------
+
+
+async def _at(api: Api, seconds: float) -> None:
+    import time
+
+    api.app[SERVICE].clock = lambda: time.time() + seconds
+    await api.app[SERVICE].sweep()
+    await api.app[DISPATCHER].idle()
+
+
+async def test_an_escalation_step_reaches_its_people_in_their_dms_and_lets_them_answer(
+        tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("esc-1", kind="approval", timeout_seconds=600, assign_to=["alice"],
+                                            escalation=[{"after_seconds": 60, "to": ["bob", "dave"]}]))
+        await posted_message(fake, req, channel=ALICE)
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "sent"), (ALICE, "sent")]
+        await _at(api, 61)
+        # Bob is reached in his DM; Dave has no Slack identity. Nothing already posted is posted again.
+        in_dm = await posted_message(fake, req, channel=BOB)
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "sent"), (ALICE, "sent"), (BOB, "sent")]
+        assert len([c for c in fake.calls_of("chat.postMessage") if c.ok and not c.get("thread_ts")]) == 3
+        # Another sweep at the same time reaches nobody twice.
+        await _at(api, 62)
+        assert len([c for c in fake.calls_of("chat.postMessage") if c.ok and not c.get("thread_ts")]) == 3
+        assert (await post_signed(api, tap(fake, in_dm, "Approve", user=BOB)))[0] == 200
+        done = await api.wait(req["id"])
+        assert done["answered_by"].endswith(f"/{BOB}") and done["escalation"][0]["reached"]
+
+
+async def test_an_unassigned_request_escalates_to_dms_too(tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("esc-2", kind="approval", timeout_seconds=600,
+                                            escalation=[{"after_seconds": 60, "to": ["group:oncall"]}]))
+        await posted_message(fake, req)
+        await _at(api, 61)
+        assert [t for t, _ in await deliveries(api, req["id"])] == sorted([ACME_CHANNEL, ALICE, BOB])
+
+
+async def test_scheduled_reminders_ping_every_place_it_was_posted_once_each(tmp_path: Path, fake: FakeSlack) -> None:
+    # The connector's own one reminder would come at 0.2 s: the request's schedule replaces it.
+    async with people_slack(tmp_path, fake, remind_after_seconds=0.2) as api:
+        req = await api.create(request_body("rem-1", kind="approval", timeout_seconds=600, assign_to=["alice"],
+                                            reminders=[60, 120]))
+        message = await posted_message(fake, req)
+
+        def reminders() -> list[Any]:
+            return [c for c in fake.calls_of("chat.postMessage") if c.ok and c.get("thread_ts")]
+
+        await _at(api, 30)
+        assert reminders() == []
+        # No timer of the connector's own is waiting: the request's schedule replaced it.
+        assert [t for t in api.app[DISPATCHER]._timers if t.get_name().startswith("remind:")] == []
+        await _at(api, 61)
+        await _at(api, 62)
+        assert sorted(c.get("channel") for c in reminders()) == sorted([ACME_CHANNEL, fake.dm_channel(ALICE)])
+        await _at(api, 121)
+        assert len(reminders()) == 4
+        assert any(c.get("thread_ts") == message["ts"] for c in reminders())
+        journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+        assert [e["event"] for e in journal].count("reminded") == 4
+        assert [e["event"] for e in journal].count("reminder_due") == 2

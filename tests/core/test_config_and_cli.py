@@ -48,6 +48,10 @@ def test_example_config_loads_and_documents_every_core_key() -> None:
     assert documented_key_fields == _model_keys(type(settings.tenants[0].keys[0]))
     documented_person_fields = {k for person in tenant["people"] for k in person}
     assert documented_person_fields == _model_keys(type(settings.tenants[0].people[0]))
+    approval = settings.tenants[0].defaults["approval"]
+    assert set(tenant["defaults"]["approval"]) == _model_keys(type(approval))
+    assert {k for step in tenant["defaults"]["approval"]["escalation"] for k in step} == _model_keys(
+        type(approval.escalation[0]))
 
 
 def _nested_models(annotation: Any) -> list[type[BaseModel]]:
