@@ -63,7 +63,7 @@ class WebhookSettings(BaseModel):
     endpoints: list[WebhookEndpoint]
 
 
-class WebhookConnector(Connector):
+class WebhookConnector(Connector[WebhookSettings]):
     name = "webhooks"
     settings_model: ClassVar[type[BaseModel] | None] = WebhookSettings
 

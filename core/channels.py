@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -121,7 +121,7 @@ class Channel(ABC, Generic[SettingsT]):
                 task.exception()  # retrieved: a loop's last failure was logged where it happened
         self._tasks.clear()
 
-    def spawn(self, coro: Awaitable[Any], *, name: str) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

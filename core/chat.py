@@ -11,16 +11,18 @@ import datetime as dt
 import re
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
-from handraise.core.connectors import AnswerOutcome, Connector
+from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, GoneError, NotFoundError
+from handraise.core.outcomes import AnswerOutcome, said, terminal_outcome
 from handraise.core.people import GROUP_PREFIX, expand, is_reference, person_of
+from handraise.core.ratings import RatingButtons
 from handraise.core.redaction import is_secret_shaped
 from handraise.core.schema import coerce_text, parse_field_lines, validate_answer
 from handraise.core.schema.chat import parse_decision
@@ -136,14 +138,24 @@ class RoutedSettings(BaseModel):
         return next((t for t, route in self.tenants.items() if place in route.places()), None)
 
 
-class ChatConnector(Connector):
+RoutedT = TypeVar("RoutedT", bound=RoutedSettings)
+
+
+class ChatConnector(Connector[RoutedT]):
     """A connector whose people answer in a chat. Routing comes from its :class:`RoutedSettings`;
     inbound answers go through :meth:`answer_from_chat`, personal form links through
-    :meth:`personal_link`, outcome words through :meth:`outcome_of`."""
+    :meth:`personal_link`, outcome words through :meth:`outcome_of`, rating taps through
+    ``ratings`` (:class:`~handraise.core.ratings.RatingButtons`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ratings = RatingButtons(channel=self.name, enabled=bool(getattr(self.settings, "rating_buttons", False)),
+                                     service=self.service, annotations=self.annotations, may_rate=self.may_answer,
+                                     log=self.log)
 
     @classmethod
     def load_settings(cls, app_settings: Settings) -> Any:
-        settings = super().load_settings(app_settings)
+        settings: RoutedSettings = super().load_settings(app_settings)
         settings.check_tenants(app_settings, section=cls.name)
         return settings
 
@@ -221,7 +233,7 @@ class ChatConnector(Connector):
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
-            return _said("not_found")
+            return said("not_found")
         typed = value is _MISSING
         removed: bool | None = None
         kept_out = typed and text is not None and must_not_stay(view, text)
@@ -231,23 +243,23 @@ class ChatConnector(Connector):
             refused = await self.gate(view, sender, removed=removed)
             if refused is not None:
                 return refused
-            return await self._submit(view, sender, value) if not typed else _said("text_only", view)
+            return await self._submit(view, sender, value) if not typed else said("text_only", view)
         refused = await self.gate(view, sender, removed=removed, form_only_too=False)
         if refused is not None:
             return refused
         if wording.form_only(view):
             await self._journal(view, sender, "chat_reply_refused", reason="sensitive", removed=removed)
-            return _said("sensitive_removed" if removed else "sensitive_kept", view)
+            return said("sensitive_removed" if removed else "sensitive_kept", view)
         if kept_out:
             await self._journal(view, sender, "chat_reply_refused", reason="secret_shaped", removed=removed)
-            return _said("secret_removed" if removed else "secret_kept", view)
+            return said("secret_removed" if removed else "secret_kept", view)
         if view.kind == "approval" and not decides_approvals:
-            return _said("use_buttons", view)
+            return said("use_buttons", view)
         answer, problems = read_reply(view, text)
         if problems is not None:
             await self._journal(view, sender, "invalid_attempt", errors=problems)
             if view.kind == "approval":
-                return _said("not_a_decision", view)
+                return said("not_a_decision", view)
             return AnswerOutcome("invalid", wording.invalid_answer(problems), view)
         return await self._submit(view, sender, answer)
 
@@ -258,17 +270,17 @@ class ChatConnector(Connector):
         if not self.may_answer(view.tenant_id, sender.user_id):
             await self._journal(view, sender, "answer_refused", reason="not_authorized", removed=removed)
             self.log.info("answer refused: not on the allowlist", extra={"request_id": view.id, "channel": self.name})
-            return _said("not_authorized", view)
+            return said("not_authorized", view)
         if not self.service.may_answer(view, sender.principal):
             # Assigned to other people: refused as a stranger is, before any form or modal opens.
             await self._journal(view, sender, "answer_refused", reason="not_assigned", removed=removed)
             self.log.info("answer refused: not assigned", extra={"request_id": view.id, "channel": self.name})
-            return _said("not_authorized", view)
-        terminal = self.terminal_outcome(view)
+            return said("not_authorized", view)
+        terminal = terminal_outcome(view)
         if terminal is not None:
             return terminal
         if form_only_too and wording.form_only(view):
-            return _said("use_the_form", view)  # never a tap or a modal for what only the form may take
+            return said("use_the_form", view)  # never a tap or a modal for what only the form may take
         return None
 
     async def submit_value(self, view: RequestView, sender: Sender, answer: Any) -> AnswerOutcome:
@@ -299,22 +311,22 @@ class ChatConnector(Connector):
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
-            return _said("not_found")
+            return said("not_found")
         allowed = self.may_answer(tenant_id, sender.user_id)
         if not allowed or not self.service.may_answer(view, sender.principal):
             # Nobody gets a link they could not answer with: not on the allowlist, or assigned to others.
             reason = "not_authorized" if not allowed else "not_assigned"
             await self._journal(view, sender, "answer_refused", reason=reason, what="form link")
-            return _said("not_authorized", view)
+            return said("not_authorized", view)
         try:
             minted = await self.service.mint_link(tenant_id=tenant_id, request_id=request_id,
                                                   principal=f"{self.name}:bot", recipient=recipient,
                                                   for_principal=sender.principal)
         except NotFoundError:
-            return _said("not_found")
+            return said("not_found")
         except GoneError:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            return self.terminal_outcome(view) or _said("not_found")
+            return terminal_outcome(view) or said("not_found")
         await self.remember_sender(sender)
         return AnswerOutcome("link", wording.text("link"), url=minted.url)
 
@@ -383,7 +395,3 @@ def read_reply(view: RequestView, text: str) -> tuple[Any, list[dict[str, str]] 
         problems += [e.to_json() for e in validate_answer(schema, value) if e.field not in seen]
         return value, problems
     return coerce_text(schema, text), None
-
-
-def _said(code: str, view: RequestView | None = None) -> AnswerOutcome:
-    return AnswerOutcome(code, wording.text(code), view)

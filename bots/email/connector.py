@@ -34,8 +34,8 @@ from handraise.bots.email.settings import EmailSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender, must_not_stay
-from handraise.core.connectors import AnswerOutcome
 from handraise.core.errors import ConnectorError, NotFoundError
+from handraise.core.outcomes import AnswerOutcome
 
 CHANNEL = "email"
 LEADER = "email-imap"
@@ -58,13 +58,13 @@ class _Held:
     delete: bool = False
 
 
-class EmailConnector(ChatConnector):
+class EmailConnector(ChatConnector[EmailSettings]):
     name = CHANNEL
     settings_model = EmailSettings
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        settings: EmailSettings = self.settings
+        settings = self.settings
         self.mailbox = settings.mailbox_address
         self.composer = Composer()
         self._tls: ssl.SSLContext | None = None

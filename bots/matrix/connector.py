@@ -106,7 +106,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        settings: MatrixSettings = self.settings
+        settings = self.settings
         self._room_tenant = settings.room_tenants()
         self._encrypted: set[str] = set()
         self._unreadable_reported: set[str] = set()
@@ -117,7 +117,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        settings: MatrixSettings = self.settings
+        settings = self.settings
         self._started_ms = int(time.time() * 1000)
         # Bounded retries inside nio: our own loops (delivery, sync backoff) do the rest.
         config = AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False, max_limit_exceeded=1,

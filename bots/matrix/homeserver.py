@@ -11,6 +11,7 @@ import aiohttp
 from nio import AsyncClient, RoomRedactResponse, RoomSendResponse
 from nio.exceptions import LocalProtocolError
 
+from handraise.bots.matrix.settings import MatrixSettings
 from handraise.core.chat import ChatConnector
 from handraise.core.errors import ConfigError, ConnectorError
 
@@ -21,7 +22,7 @@ _AUTH_ERRORS = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN", "
 NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-class HomeserverCalls(ChatConnector):
+class HomeserverCalls(ChatConnector[MatrixSettings]):
     """The bot's matrix-nio client and the calls every part of the connector makes through it."""
 
     _client: AsyncClient | None = None

@@ -43,7 +43,7 @@ class MatrixSession(HomeserverCalls):
     """Logs the bot in once per start and checks the token is the configured user's."""
 
     async def _log_in(self) -> None:
-        settings: MatrixSettings = self.settings
+        settings = self.settings
         client = self.client
         if settings.access_token is not None:
             client.access_token = settings.access_token.get_secret_value()

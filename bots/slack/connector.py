@@ -43,9 +43,10 @@ from handraise.bots.slack.settings import SlackSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
-from handraise.core.connectors import AnswerOutcome, rating_value
-from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.config import Settings
+from handraise.core.errors import ConnectorError, NotFoundError
+from handraise.core.outcomes import AnswerOutcome
+from handraise.core.ratings import rating_value
 
 LEADER = "slack-socket"
 # How often a follower asks for the Socket Mode lock, and the leader checks it still holds it.
@@ -65,7 +66,7 @@ _PERMANENT = frozenset({
 _SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
 
 
-class SlackConnector(ChatConnector):
+class SlackConnector(ChatConnector[SlackSettings]):
     name = "slack"
     settings_model = SlackSettings
 
@@ -97,7 +98,7 @@ class SlackConnector(ChatConnector):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        settings: SlackSettings = self.settings
+        settings = self.settings
         # The libraries log payloads (modal values, message text) at DEBUG and bad-signature bodies at
         # INFO; a human's answer must never reach a log, so they get a logger that stops at WARNING.
         self._lib_log = logging.getLogger(f"{self.log.name}.lib")
@@ -165,7 +166,7 @@ class SlackConnector(ChatConnector):
         channel, ts = ref.get("channel"), ref.get("ts")
         if not channel or not ts:
             raise ConnectorError("slack withdraw: the delivery has no message reference", permanent=True)
-        tokens = await self.rating_tokens(request) if self.offers_ratings(request) else None
+        tokens = await self.ratings.tokens(request) if self.ratings.offered(request) else None
         text, blocks = outcome_content(request, await self.outcome_of(request), rating_tokens=tokens)
         await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
 
@@ -264,8 +265,8 @@ class SlackConnector(ChatConnector):
         rating = rating_value(intent)
         if rating is not None:
             # Before the terminal check: ratings are given once the request is answered.
-            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
-                                      principal=sender.principal, rating=rating)
+            outcome = await self.ratings.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
+                                              principal=sender.principal, rating=rating)
         elif intent == FORM_INTENT:
             # One link per person who asks: a link in the channel message would let any member answer.
             outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,

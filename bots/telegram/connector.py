@@ -58,7 +58,8 @@ from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
 from handraise.core.config import Settings
-from handraise.core.connectors import AnswerOutcome, rating_value
+from handraise.core.outcomes import AnswerOutcome
+from handraise.core.ratings import rating_value
 from handraise.core.errors import ConfigError, ConnectorError
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ SENT = "telegram.sent"
 FORM_INTENT: dict[str, Any] = {"form": True}
 
 
-class TelegramConnector(ChatConnector):
+class TelegramConnector(ChatConnector[TelegramSettings]):
     name = "telegram"
     settings_model = TelegramSettings
 
@@ -127,7 +128,7 @@ class TelegramConnector(ChatConnector):
             library_log = logging.getLogger(name)
             if library_log.getEffectiveLevel() < level:
                 library_log.setLevel(level)
-        settings: TelegramSettings = self.settings
+        settings = self.settings
         base = settings.base_url
         builder = (ApplicationBuilder().token(settings.token.get_secret_value()).base_url(base)
                    .base_file_url(base[: -len("/bot")] + "/file/bot" if base.endswith("/bot") else base + "/file")
@@ -164,7 +165,7 @@ class TelegramConnector(ChatConnector):
 
     async def _register_webhook(self) -> None:
         assert self._app is not None
-        settings: TelegramSettings = self.settings
+        settings = self.settings
         url = settings.webhook_url or f"{self.app_settings.server.public_url}/bots/telegram/webhook"
         assert settings.webhook_secret is not None
         try:
@@ -248,9 +249,9 @@ class TelegramConnector(ChatConnector):
         if ref.get("reminder"):
             text = f"{wording.ICONS['reminder']} {line}"
         else:
-            if self.offers_ratings(request):
+            if self.ratings.offered(request):
                 # One row under the outcome; the question's message is the one place people rate from.
-                markup = rating_keyboard(await self.rating_tokens(request))
+                markup = rating_keyboard(await self.ratings.tokens(request))
                 line += "\n" + wording.text("rate_prompt")
             text, _ = compose_text(request, hint="", outcome=line)
         try:
@@ -378,8 +379,8 @@ class TelegramConnector(ChatConnector):
         sender = sender_of(query.from_user)
         rating = rating_value(value)
         if rating is not None:
-            outcome = await self.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
-                                      principal=sender.principal, rating=rating)
+            outcome = await self.ratings.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
+                                              principal=sender.principal, rating=rating)
         else:
             outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
                                                   value=value)

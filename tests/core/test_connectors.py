@@ -14,7 +14,8 @@ from handraise.core.api import RequestView
 from handraise.core.appkeys import CONNECTORS, SERVICE
 from handraise.core.backoff import Backoff
 from handraise.core.channels import Channel, discover, load_enabled
-from handraise.core.connectors import Connector, outcome_text
+from handraise.core.connectors import Connector
+from handraise.core.outcomes import outcome_text
 from handraise.core.errors import ConfigError
 
 

@@ -12,7 +12,8 @@ from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 
 from handraise.core.api import RequestView
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
-from handraise.core.connectors import Connector, outcome_text
+from handraise.core.connectors import Connector
+from handraise.core.outcomes import outcome_text
 from handraise.core.errors import ConnectorError
 
 
