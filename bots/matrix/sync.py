@@ -72,11 +72,29 @@ class SyncLoop(HomeserverCalls):
         }
 
     async def _sync_step(self) -> None:
-        """Lead the sync loop while this instance holds the lock; return when it is lost."""
+        """Lead the sync loop while this instance holds the lock; return when it is lost.
+
+        A failure gives the lock up before the backoff that follows: an instance that cannot sync
+        (its network, its store connection) must not keep every other from leading meanwhile."""
         await self._ensure_connected()
         if not await self.service.leadership(LEADER):
             await asyncio.sleep(self.follower_poll_seconds)
             return
+        try:
+            await self._lead()
+        except Exception:
+            await self._give_up_leadership()
+            raise
+
+    async def _give_up_leadership(self) -> None:
+        try:
+            await self.service.release_leadership(LEADER)
+        except Exception as e:  # the lock's connection is gone: the lock went with it
+            self.log.warning("matrix: could not release the sync leadership (%s)", type(e).__name__)
+        else:
+            self.log.info("matrix: gave up the sync leadership after a failure")
+
+    async def _lead(self) -> None:
         since = await self.service.get_state(STATE_NAMESPACE, self._state_key)
         if since is None:
             since = await self._first_sync()

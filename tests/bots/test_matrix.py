@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 from nio import RoomCreateResponse, RoomGetEventResponse
@@ -685,3 +686,29 @@ async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: Wor
         await second_cm.__aexit__(None, None, None)
         if first_cm is not None:
             await first_cm.__aexit__(None, None, None)
+
+
+class SlowToRetry(QuickFollower):
+    backoff_initial = 60.0  # a failed leader waits long before it tries again
+
+
+async def test_a_leader_whose_sync_fails_lets_another_instance_lead_during_its_backoff(
+        world: World, pg_url: str) -> None:
+    human, room, bot = world.human, world.room_id, world.bot_id
+    settings = world.settings(storage_url=pg_url, sync_timeout_ms=1000)
+    async with running_app(settings, connector_classes=[SlowToRetry], instance_id="first") as first, \
+            running_app(settings, connector_classes=[QuickFollower], instance_id="second") as second:
+        leader = await started(first)
+        follower = second.app[CONNECTORS]["matrix"]
+        assert not follower.synced.is_set()
+
+        async def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise aiohttp.ClientConnectionError("the leader lost its network")
+
+        leader.client.sync = unreachable  # type: ignore[method-assign]
+        # Its next sync fails and it backs off for a minute: the lock must not wait that long with it.
+        await asyncio.wait_for(follower.synced.wait(), timeout=30)
+        request = await second.create(request_body("Who leads now?"))
+        card = await human.expect(room, is_card(bot, "Who leads now?"), what="the card")
+        await human.reply(room, card, "the second")
+        assert (await second.wait(request["id"], timeout=30))["response"] == "the second"
