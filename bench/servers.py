@@ -92,7 +92,7 @@ class Running:
         return self.process.pid
 
 
-def _config_toml(storage_url: str) -> str:
+def config_toml(storage_url: str) -> str:
     return f"""
 [storage]
 url = "{storage_url}"
@@ -122,7 +122,7 @@ def write_config(*, storage_url: str, workdir: Path) -> Path:
     """The bench's config file for a store (one per store; every server and the seeding read it)."""
     name = "postgresql" if storage_url.startswith("postgresql") else "sqlite"
     path = workdir / f"{name}.toml"
-    path.write_text(_config_toml(storage_url), encoding="utf-8")
+    path.write_text(config_toml(storage_url), encoding="utf-8")
     return path
 
 

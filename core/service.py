@@ -63,6 +63,12 @@ Clock = Callable[[], float]
 PRUNE_EVERY_SECONDS = 60.0
 
 
+def _time_out(fut: asyncio.Future[Any]) -> None:
+    """A parked wait's deadline: it wakes with no view, and reads the request as it stands."""
+    if not fut.done():
+        fut.set_result(None)
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(16)}"
 
@@ -292,14 +298,20 @@ class RequestService:
                 remaining = deadline - now
                 if remaining <= 0:
                     break
-                until_expiry = max(view.expires_at - now, 0.0)
-                await asyncio.wait((fut,), timeout=min(remaining, until_expiry) + 0.001)
+                delay = min(remaining, max(view.expires_at - now, 0.0)) + 0.001
+                # Parked, a wait holds only its future and one timer: no copy of the request (it is
+                # read again or handed over on waking) and none of asyncio.wait's set, inner future
+                # and callbacks. 10,000 agents waiting is 10,000 of these (issue 19: under 250 MB).
+                del view
+                timer = loop.call_later(delay, _time_out, fut)
+                try:
+                    woke = await fut
+                finally:
+                    timer.cancel()
                 waited = True
-                woke = fut.result() if fut.done() else None
-                if fut.done():
-                    waiters.discard(fut)
-                    fut = loop.create_future()
-                    waiters.add(fut)
+                waiters.discard(fut)
+                fut = loop.create_future()
+                waiters.add(fut)
                 if woke is not None and woke.tenant_id == tenant_id:
                     view = woke
                 else:

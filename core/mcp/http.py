@@ -5,32 +5,25 @@ second server, one aiohttp handler authenticates the key, then hands the request
 small ASGI bridge: the HTTP subset of ASGI (a request body in chunks, a response start and body
 chunks, a disconnect), nothing more. aiohttp-asgi would do the same through aiohttp's private
 routing machinery and without our authentication in front.
+
+The SDK (about 30 MB of modules: starlette, uvicorn, anyio, its types) is imported and its session
+manager started on the first ``/mcp`` call, not at start: an instance that never serves MCP never
+holds it (``core/mcp/sessions.py`` is the part that needs it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from aiohttp import web
-from mcp.server import ServerRequestContext
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from handraise.core.appkeys import KEYRING, SERVICE, SETTINGS
-from handraise.core.http.auth import Principal
-from handraise.core.mcp.backends import Backend, ServiceBackend
-from handraise.core.mcp.server import build_server
+from handraise.core.appkeys import KEYRING, SETTINGS
+from handraise.core.errors import UnavailableError
 
-log = logging.getLogger(__name__)
 
 PATH = "/mcp"
-MANAGER = web.AppKey("mcp_manager", StreamableHTTPSessionManager)
-_PRINCIPAL = "handraise.principal"
 # ASGI runs outliving a cancelled aiohttp handler, held so they are not collected mid-flight; each
 # ends with its request (the session manager's shutdown ends any still running).
 _DETACHED: set[asyncio.Future[None]] = set()
@@ -40,56 +33,49 @@ Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 
+class McpMount:
+    """``/mcp`` of one app: the SDK's sessions, started by the first call and stopped with the app."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self._sessions: Any = None  # core.mcp.sessions.McpSessions once started
+        self._starting = asyncio.Lock()
+        self._closed = False
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        principal = await request.app[KEYRING].authenticate(request)
+        principal.require("ask")
+        sessions = await self._started()
+        return await sessions.handle(request, principal)
+
+    async def _started(self) -> Any:
+        async with self._starting:
+            if self._sessions is None:
+                if self._closed:
+                    raise UnavailableError("the server is shutting down")
+                from handraise.core.mcp.sessions import McpSessions
+
+                sessions = McpSessions(self.app)
+                await sessions.start()
+                self._sessions = sessions
+            return self._sessions
+
+    async def ctx(self, app: web.Application) -> AsyncIterator[None]:
+        yield
+        async with self._starting:
+            self._closed = True
+            if self._sessions is not None:
+                await self._sessions.stop()
+
+
 def setup(app: web.Application) -> None:
-    """Mount ``/mcp`` and the session manager's cleanup context (when ``[mcp] enabled``)."""
+    """Mount ``/mcp`` and stop its sessions with the app (when ``[mcp] enabled``)."""
     if not app[SETTINGS].mcp.enabled:
         return
+    mount = McpMount(app)
     for method in ("POST", "GET", "DELETE"):  # messages, the server's event stream, closing a session
-        app.router.add_route(method, PATH, handle)
-    app.cleanup_ctx.append(_manager_ctx)
-
-
-async def handle(request: web.Request) -> web.StreamResponse:
-    principal = await request.app[KEYRING].authenticate(request)
-    principal.require("ask")
-    # The SDK binds each MCP session to the credential that opened it: another key gets 404.
-    user = AuthenticatedUser(AccessToken(token=principal.key_id, client_id=f"{principal.tenant_id}/{principal.key_id}",
-                                         scopes=sorted(principal.scopes)))
-    return await serve_asgi(request, request.app[MANAGER].handle_request, {_PRINCIPAL: principal, "user": user})
-
-
-def _backend_for(app: web.Application) -> Callable[[ServerRequestContext[Any, Any]], Backend]:
-    def backend(ctx: ServerRequestContext[Any, Any]) -> Backend:
-        scope = getattr(ctx.request, "scope", None) or {}
-        principal = scope.get(_PRINCIPAL)
-        if not isinstance(principal, Principal):  # pragma: no cover  (every /mcp request is authenticated)
-            raise RuntimeError("an MCP call reached a tool without an authenticated key")
-        return ServiceBackend(service=app[SERVICE], principal=principal)
-
-    return backend
-
-
-async def _manager_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    server = build_server(backend_for=_backend_for(app), interval=settings.mcp.progress_interval_seconds)
-    manager = StreamableHTTPSessionManager(app=server, max_request_body_size=settings.server.max_body_bytes)
-    app[MANAGER] = manager
-    # The manager's task group must be entered and left in one task: it gets its own.
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with manager.run():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.get_running_loop().create_task(hold(), name="mcp-sessions")
-    await asyncio.wait({task, asyncio.ensure_future(started.wait())}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # it failed to start: raise why
-    yield
-    stop.set()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+        app.router.add_route(method, PATH, mount.handle)
+    app.cleanup_ctx.append(mount.ctx)
 
 
 async def serve_asgi(request: web.Request, app: ASGIApp, extra_scope: dict[str, Any]) -> web.StreamResponse:

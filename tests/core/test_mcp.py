@@ -457,3 +457,59 @@ def test_handraise_mcp_without_a_key_says_how_to_give_one(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-m", "handraise", "mcp"], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 64 and "HANDRAISE_KEY" in done.stderr
+
+
+_LAZY_SDK_SCRIPT = r'''
+import asyncio, json, sys
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+from handraise.core.app import create_app
+from handraise.core.config import Settings
+
+SDK = ("mcp", "mcp.server.streamable_http_manager", "starlette", "uvicorn")
+
+def loaded():
+    return sorted(m for m in SDK if m in sys.modules)
+
+async def main():
+    config, key = json.loads(sys.argv[1]), sys.argv[2]
+    server = TestServer(await create_app(Settings.model_validate(config), connector_classes=[]), port=0)
+    await server.start_server()
+    out = {"at_start": loaded()}
+    auth = {"Authorization": f"Bearer {key}"}
+    async with ClientSession() as http:
+        async with http.post(server.make_url("/v1/requests"), headers=auth, json={
+                "unique_id": "lazy-1", "message_for_user": "Code?", "timeout_seconds": 60}) as r:
+            out["create"] = r.status
+        async with http.post(server.make_url("/mcp"), json={}) as r:
+            out["no_key"] = r.status
+        out["after_api_calls"] = loaded()
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        async with http.post(server.make_url("/mcp"), json=init, headers={
+                **auth, "Accept": "application/json, text/event-stream"}) as r:
+            out["initialize"] = r.status
+            await r.read()
+        out["after_mcp_call"] = loaded()
+    await server.close()
+    print(json.dumps(out))
+
+asyncio.run(main())
+'''
+
+
+async def test_the_sdk_is_imported_by_the_first_mcp_call_not_at_start(tmp_path: Path) -> None:
+    """An instance that never serves /mcp never holds the SDK's modules (about 30 MB of them)."""
+    import json
+
+    config = base_config(f"sqlite:///{tmp_path / 'lazy.db'}")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _LAZY_SDK_SCRIPT, json.dumps(config), AGENT_KEY,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 100)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    seen = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert seen["at_start"] == [] and seen["after_api_calls"] == []
+    assert seen["create"] == 201 and seen["no_key"] == 401
+    assert seen["initialize"] == 200
+    assert "mcp.server.streamable_http_manager" in seen["after_mcp_call"]
