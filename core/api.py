@@ -175,6 +175,9 @@ class LinkBody(BaseModel):
     model_config = ConfigDict(**_BODY, title="LinkRequest")
 
     recipient: Id | None = None
+    # A link personal to one of the tenant's people: answers through it are theirs (``person:<id>``).
+    person: PersonId | None = Field(default=None, description="A person of the tenant who may answer it: the "
+                                                              "link answers as them")
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -17,6 +17,7 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from handraise.core.config import PERSON_CHANNELS, PERSON_ID, PersonSettings, Settings
+from handraise.core.errors import ValidationFailedError
 
 GROUP_PREFIX = "group:"
 # ``alice`` or ``group:oncall``: how allowlists and ``assign_to`` name people.
@@ -144,3 +145,19 @@ def is_own_approval(settings: Settings, tenant_id: str, on_behalf_of: str | None
         return False
     person = person_of(settings, tenant_id, principal)
     return person is not None and person.id == on_behalf_of
+
+
+def link_principal(settings: Settings, tenant_id: str, assign_to: list[str] | None, person_id: str) -> str:
+    """The principal of a link made personal to ``person_id`` (``person:<id>``): answers through it are
+    theirs. A 422 naming ``person`` when the tenant has no such person, or the request is assigned to
+    others (a link they could only be refused through is no link)."""
+    tenant = settings.tenant(tenant_id)
+    if tenant is None or tenant.person(person_id) is None:
+        raise ValidationFailedError(f"person: {person_id} is not one of this tenant's people", fields=[
+            {"field": "person", "message": f"{person_id} is not one of this tenant's people"}])
+    principal = f"person:{person_id}"
+    if not is_assigned(settings, tenant_id, assign_to, principal):
+        raise ValidationFailedError(f"person: {person_id} may not answer this request", fields=[
+            {"field": "person", "message": f"{person_id} may not answer this request: it is assigned to "
+                                           "other people"}])
+    return principal

@@ -95,16 +95,19 @@ def form_schema(*, proposal: dict[str, Any], proposal_schema: dict[str, Any]) ->
     return {"type": "object", "properties": properties, "required": required}
 
 
-def from_form(value: Any, *, proposal: dict[str, Any] | None, posted: Mapping[str, Sequence[str]]) -> Any:
+def from_form(value: Any, *, proposal: dict[str, Any] | None, posted: Mapping[str, Sequence[str]] | None) -> Any:
     """A form's flat answer (``proposal.<name>`` fields) as the approval answer the service takes.
 
     A rejection leaves the proposal behind (the form posts its fields whichever button was pressed);
     a post without any of the proposal's fields (a one-click approve link) approves it as it stands.
+    ``posted`` None: a form that always shows every field of the proposal (a chat modal), whose
+    values are the proposal as approved, a field left empty included.
     """
     if proposal is None or not isinstance(value, dict):
         return value
     answer = {k: v for k, v in value.items() if not k.startswith(PREFIX)}
-    if answer.get("decision") == "approve" and any(posted.get(k) for k in posted if k.startswith(PREFIX)):
+    shown = posted is None or any(posted.get(k) for k in posted if k.startswith(PREFIX))
+    if answer.get("decision") == "approve" and shown:
         answer[PROPOSAL] = {k[len(PREFIX):]: v for k, v in value.items() if k.startswith(PREFIX)}
     return answer
 

@@ -50,7 +50,7 @@ from handraise.core.errors import (
     ValidationFailedError,
 )
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, Event, EventBus
-from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
+from handraise.core.people import is_assigned, is_own_approval, link_principal, person_of, routing_problems
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
@@ -648,15 +648,19 @@ class RequestService:
 
     async def mint_link(self, *, tenant_id: str, request_id: str, principal: str,
                         recipient: str | None = None, forward: bool = False,
-                        for_principal: str | None = None) -> MintedLink:
+                        for_principal: str | None = None, person: str | None = None) -> MintedLink:
         """A one-time form link. ``forward``: an agent's key minting for the human it serves,
         allowed only on a request that same key created (``created_by == principal``).
         ``for_principal``: a personal link; answers through it are that person's (a chat
-        connector mints one only for someone on its allowlist)."""
+        connector mints one only for someone on its allowlist). ``person``: the same for one of the
+        tenant's people, named by id (a 422 unless they may answer it)."""
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if forward and view.created_by != principal:
             raise ForbiddenError("a forward key mints links only for requests it created itself")
         _raise_if_terminal(view)
+        if person is not None:
+            for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
+            recipient = recipient or person
         token = secrets.token_urlsafe(32)
         link_id = new_id("lnk")
         now = self.clock()

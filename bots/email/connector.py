@@ -36,6 +36,7 @@ from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender, must_not_stay
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.outcomes import AnswerOutcome
+from handraise.core.people import expand
 
 CHANNEL = "email"
 LEADER = "email-imap"
@@ -111,6 +112,22 @@ class EmailConnector(ChatConnector[EmailSettings]):
         return Thread(sender=self.settings.from_address, recipient=recipient, token=token,
                       root_id=message_id(self.mailbox, token), reply_to=reply_address(self.mailbox, token),
                       subject=subject_of(view, asker=self.asker(view.tenant_id)))
+
+    # -- routing -----------------------------------------------------------------------
+
+    def targets_for(self, request: RequestView) -> list[str]:
+        """Every recipient; for an assigned request only the assigned people's addresses among them: a mail
+        is personal (its link and reply answer as that address), so nobody else needs one."""
+        if request.assign_to is None:
+            return self.targets(request.tenant_id)
+        return self.reach(request, list(expand(self.app_settings, request.tenant_id, request.assign_to).people))
+
+    def reach(self, request: RequestView, person_ids: list[str]) -> list[str]:
+        # A person's address is their own place; only recipients of this tenant may answer by mail.
+        return self._direct(request.tenant_id, person_ids)
+
+    def direct_target(self, user_id: str) -> str | None:
+        return user_id
 
     # -- delivery ----------------------------------------------------------------------
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from handraise.core import wording
+from handraise.core import proposals, wording
 from handraise.core.api import RequestView
 from handraise.core.schema import FieldSpec, coerce_field, describe_field, fields
 
@@ -205,8 +205,20 @@ def _button(index: int, plan: ButtonPlan, token: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- modal
 
 
+def form_view(view: RequestView) -> RequestView:
+    """The request as its modal draws and reads it: an approval with a proposal shows the proposal's
+    fields filled in and editable (``proposal.<name>``, ``proposals.form_schema``) before the decision,
+    so the approver may approve with edits here as on the form; not repeated read-only above them."""
+    if view.proposal is None or view.proposal_schema is None:
+        return view
+    schema = proposals.form_schema(proposal=view.proposal, proposal_schema=view.proposal_schema)
+    return replace(view, schema=schema, proposal=None, proposal_schema=None)
+
+
 def modal_view(view: RequestView, *, private_metadata: str, tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
-    """The modal for a request: one input block per field, block ids named after the fields."""
+    """The modal for a request (as :func:`form_view` draws it): one input block per field, block ids
+    named after the fields."""
+    view = form_view(view)
     approval = view.kind == "approval"
     blocks: list[dict[str, Any]] = [_question_section(view), _deadline_context(view, tz=tz)]
     for spec in fields(view.schema, sensitive=view.sensitive):
@@ -379,8 +391,12 @@ def _choice_label(choice: str, approval: bool) -> str:
 def read_answer(view: RequestView, values: dict[str, Any]) -> Any:
     """The typed answer in a submitted modal's ``state.values``, shaped for ``view.schema``.
 
-    Fields left empty are absent, so core says "is required" where it matters.
+    Fields left empty are absent, so core says "is required" where it matters. An approval's edited
+    proposal comes back as core takes it (``{"decision", "reason"?, "proposal"?}``).
     """
+    form = form_view(view)
+    if form is not view:
+        return proposals.from_form(read_answer(form, values), proposal=view.proposal, posted=None)
     specs = fields(view.schema, sensitive=view.sensitive)
     values = values if isinstance(values, dict) else {}
     if view.schema is None or view.schema.get("type") != "object":
@@ -445,6 +461,7 @@ def _choice(spec: FieldSpec, value: Any) -> Any:
 
 def block_errors(view: RequestView, details: list[dict[str, Any]]) -> dict[str, str]:
     """Core's field errors as ``{block_id: message}`` for ``response_action: "errors"``."""
+    view = form_view(view)
     specs = fields(view.schema, sensitive=view.sensitive)
     by_name = {spec.name: spec for spec in specs}
     first = block_id(specs[0])
@@ -453,7 +470,8 @@ def block_errors(view: RequestView, details: list[dict[str, Any]]) -> dict[str, 
         path = str(detail.get("field") or "")
         message = str(detail.get("message") or "is not valid")
         head, _, rest = path.partition(".")
-        spec = by_name.get(head) if path else None
+        # A field whose name has a dot (a proposal's ``proposal.<name>``) before a part of one.
+        spec = (by_name.get(path) or by_name.get(head)) if path else None
         if spec is None:
             bid = first
             if path:

@@ -165,5 +165,5 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     body = parse_body(LinkBody, await read_json(request) if request.can_read_body else {}, what="link request")
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient,
-                                                forward="answer" not in principal.scopes)
+                                                person=body.person, forward="answer" not in principal.scopes)
     return web.json_response(link.to_json(), status=201, headers=NO_STORE)

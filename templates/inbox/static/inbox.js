@@ -157,7 +157,7 @@
       // The event carries the request; the card wants its asker's name and deliveries too.
       fetch("/inbox/api/requests/" + encodeURIComponent(data.id), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : null; })
-        .then(function (c) { if (c) { added(c); } });
+        .then(function (c) { if (c && c.may_answer !== false) { added(c); } });
     });
     stream.addEventListener("request.resolved", function (e) { track(e); removed(JSON.parse(e.data).id); });
     stream.addEventListener("open", function () { retry = 1000; });
