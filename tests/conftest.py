@@ -1,4 +1,5 @@
-"""Shared fixtures: a loopback-only network guard, settings, databases (SQLite and PostgreSQL), the real app.
+"""Shared fixtures: a loopback-only network guard, settings, databases (SQLite and PostgreSQL), the real app,
+and the helpers tests share: a create body (``question``), a request's journal (``Api.journal``), ``until``.
 
 PostgreSQL tests run against this machine's server (127.0.0.1:5432, trust auth):
 each test gets a fresh database cloned from a migrated template. Without a
@@ -165,6 +166,12 @@ def pg_url(pg_template: str) -> Any:
     _run_in_thread(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite file of this test's own."""
+    return f"sqlite:///{tmp_path / 'handraise.db'}"
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Both stores: every lifecycle test runs on SQLite and on the real PostgreSQL server."""
@@ -205,6 +212,35 @@ def base_config(storage_url: str, **extra: Any) -> dict[str, Any]:
 
 def settings_from(config: dict[str, Any]) -> Settings:
     return Settings.model_validate(config)
+
+
+def named(config: dict[str, Any], *, tenant: str, agent: str, operator: str | None = None) -> dict[str, Any]:
+    """``config`` with display names for acme, its agent key and (given) its operator key, as pages show them."""
+    acme = config["tenants"][0]
+    acme["name"] = tenant
+    acme["keys"][0]["name"] = agent
+    if operator is not None:
+        acme["keys"][1]["name"] = operator
+    return config
+
+
+def question(uid: str, *, message: str | None = None, channels: list[str] | None = None, timeout: int = 60,
+             **extra: Any) -> dict[str, Any]:
+    """A create body: ``uid``, a question (by default one naming it), a timeout, and the channels when given."""
+    body: dict[str, Any] = {"unique_id": uid, "message_for_user": message or f"Question {uid}?",
+                            "timeout_seconds": timeout}
+    if channels is not None:
+        body["channels"] = channels
+    return body | extra
+
+
+async def until(predicate: Callable[[], bool], *, what: str = "the condition", timeout: float = 5.0) -> None:
+    """Poll state that has no event to await (which instance holds a lock, a log line); fails naming ``what``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"never happened within {timeout} s: {what}"
+        await asyncio.sleep(0.02)
 
 
 class Api:
@@ -250,6 +286,12 @@ class Api:
         assert status == 200, (status, data)
         return data
 
+    async def journal(self, request_id: str, *, tenant_id: str = "acme") -> list[dict[str, Any]]:
+        """The request's journal entries, oldest first, read through the service."""
+        from handraise.core.appkeys import SERVICE
+
+        return await self.app[SERVICE].journal_entries(tenant_id=tenant_id, request_id=request_id)
+
 
 @contextlib.asynccontextmanager
 async def running_app(settings: Settings, **kwargs: Any) -> AsyncIterator[Api]:
@@ -275,6 +317,22 @@ def make_api() -> Callable[..., Any]:
 async def api(storage_url: str) -> AsyncIterator[Api]:
     async with running_app(settings_from(base_config(storage_url))) as a:
         yield a
+
+
+@contextlib.asynccontextmanager
+async def web_app(settings: Settings, **kwargs: Any) -> AsyncIterator[Api]:
+    """The real app with the web channel (hosted forms under /f/, the inbox under /inbox)."""
+    from handraise.webforms.connector import WebFormsChannel
+
+    async with running_app(settings, connector_classes=[WebFormsChannel], **kwargs) as api:
+        yield api
+
+
+@pytest.fixture
+async def web(sqlite_url: str) -> AsyncIterator[Api]:
+    """The app with the web channel, on SQLite."""
+    async with web_app(settings_from(base_config(sqlite_url))) as api:
+        yield api
 
 
 @pytest.fixture

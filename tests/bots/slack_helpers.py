@@ -9,10 +9,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from handraise.bots.slack import SlackConnector
-from conftest import Api, base_config, running_app, settings_from
+from conftest import Api, base_config, question, running_app, settings_from
 from tests.fakes.slack import FakeSlack, SlackCall, post_interaction, sign_request
 
 SIGNING_SECRET = "5a1f3e0c9b8d7a6f5e4d3c2b1a0f9e8d"
@@ -35,6 +36,13 @@ def slack_section(fake: FakeSlack, **overrides: Any) -> dict[str, Any]:
     return section
 
 
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlack]:
+    """A fake Slack of this test's own."""
+    async with FakeSlack() as f:
+        yield f
+
+
 @contextlib.asynccontextmanager
 async def slack_app(storage_url: str, fake: FakeSlack, **overrides: Any) -> AsyncIterator[Api]:
     settings = settings_from(base_config(storage_url, slack=slack_section(fake, **overrides)))
@@ -43,8 +51,7 @@ async def slack_app(storage_url: str, fake: FakeSlack, **overrides: Any) -> Asyn
 
 
 def request_body(uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": "Deploy build 42 to production?", "timeout_seconds": 120,
-            "channels": ["slack"], **extra}
+    return question(uid, message="Deploy build 42 to production?", channels=["slack"], timeout=120, **extra)
 
 
 async def posted_message(fake: FakeSlack, request: dict[str, Any], *, channel: str = ACME_CHANNEL) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Api
+from conftest import Api, question
 
 from handraise.core import wording
 from handraise.core.appkeys import SERVICE
@@ -44,8 +44,7 @@ async def api(driver: ConnectorDriver, tmp_path: Path) -> AsyncIterator[Api]:
 
 
 def ask(driver: ConnectorDriver, uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": f"Contract question {uid}", "timeout_seconds": 60,
-            "channels": [driver.channel], **extra}
+    return question(uid, message=f"Contract question {uid}", channels=[driver.channel], **extra)
 
 
 async def status_of(api: Api, request_id: str) -> str:

@@ -42,15 +42,6 @@ FORM_SCHEMA = {
 }
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'email.db'}"
-
-
-async def _journal(api: Any, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
-
-
 async def test_each_recipient_gets_a_mail_of_their_own(storage_url: str, smtp_server: SmtpRecorder) -> None:
     alice, bob = unique_address("alice"), unique_address("bob")
     async with email_app(storage_url, email_section(smtp_server, recipients=[alice, bob])) as api:
@@ -88,7 +79,7 @@ async def test_each_recipient_gets_a_mail_of_their_own(storage_url: str, smtp_se
         view = await api.app[SERVICE].get(tenant_id="acme", request_id=request["id"])
         assert sorted((d.target, d.status, d.attempts) for d in view.deliveries) == sorted(
             [(alice, "sent", 1), (bob, "sent", 1)])
-        minted = [e for e in await _journal(api, request["id"]) if e["event"] == "link_minted"]
+        minted = [e for e in await api.journal(request["id"]) if e["event"] == "link_minted"]
         assert sorted(e["data"]["recipient"] for e in minted) == sorted([alice, bob])
 
         # Alice's link opens the form for her and takes one answer.
@@ -227,7 +218,7 @@ async def test_refused_and_deferred_recipients_show_on_the_request(sqlite_url: s
         assert "550" in (by_target[gone].last_error or "")
         assert (by_target[busy].status, by_target[busy].attempts) == ("sent", 3)
         assert (by_target[fine].status, by_target[fine].attempts) == ("sent", 1)
-        failures = [e["data"] for e in await _journal(api, request["id"]) if e["event"] == "delivery_failed"]
+        failures = [e["data"] for e in await api.journal(request["id"]) if e["event"] == "delivery_failed"]
         assert sorted((f["target"], f["final"]) for f in failures) == sorted(
             [(gone, True), (busy, False), (busy, False)])
         assert smtp_server.to(gone) == []
@@ -294,7 +285,7 @@ async def test_an_untrusted_certificate_is_refused(sqlite_url: str, mail_certifi
             async def failed() -> str:
                 # No event says "a delivery failed": read the journal until it does (bounded below).
                 while True:
-                    entries = [e for e in await _journal(api, request["id"]) if e["event"] == "delivery_failed"]
+                    entries = [e for e in await api.journal(request["id"]) if e["event"] == "delivery_failed"]
                     if entries:
                         return str(entries[0]["data"]["error"])
                     await asyncio.sleep(0.05)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +24,6 @@ from tests.bots.test_email_parsing import dsn_bytes
 FORM = {"type": "object", "properties": {"host": {"type": "string", "minLength": 3},
                                          "replicas": {"type": "integer", "minimum": 1, "maximum": 9}},
         "required": ["host"]}
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'email.db'}"
 
 
 class Setup:
@@ -55,10 +49,6 @@ class Setup:
 @pytest.fixture
 def mail(smtp_server: SmtpRecorder, dovecot: DovecotServer) -> Setup:
     return Setup(smtp_server, dovecot)
-
-
-async def _journal(api: Any, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
 
 
 async def _question(api: Any, mail: Setup, body: dict[str, Any]) -> tuple[dict[str, Any], ReceivedMail]:
@@ -169,7 +159,7 @@ async def test_strangers_forgeries_and_robots_change_nothing_and_get_no_mail(sql
             await mail.deliver(attempt)
         await handled(api)
         assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
-        refused = [e for e in await _journal(api, request["id"]) if e["event"] == "answer_refused"]
+        refused = [e for e in await api.journal(request["id"]) if e["event"] == "answer_refused"]
         assert sorted(e["principal"] for e in refused) == sorted(
             [f"email:{eve}", f"email:{mail.bob}", f"email:{mail.alice}"])
         assert {e["data"]["reason"] for e in refused} == {"sender_mismatch"}
@@ -191,7 +181,7 @@ async def test_a_reply_to_a_sensitive_request_is_deleted_and_pointed_to_the_form
         await handled(api, passes=1)
         assert uid not in await mail.flags()  # gone from the mailbox
         assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
-        journal = await _journal(api, request["id"])
+        journal = await api.journal(request["id"])
         assert "4711" not in json.dumps(journal)
         assert [e["data"] for e in journal if e["event"] == "chat_reply_refused"] == [
             {"reason": "sensitive", "removed": True}]
@@ -202,7 +192,7 @@ async def test_a_reply_to_a_sensitive_request_is_deleted_and_pointed_to_the_form
         await mail.deliver(leaked)
         notice = await _notice(mail, leaked)
         assert "looked like a secret" in notice.part("plain")
-        assert "ghp_0123" not in json.dumps(await _journal(api, plain["id"]))
+        assert "ghp_0123" not in json.dumps(await api.journal(plain["id"]))
 
 
 async def test_a_bounce_marks_its_delivery_and_gets_no_outcome_mail(sqlite_url: str, mail: Setup) -> None:
@@ -224,7 +214,7 @@ async def test_a_bounce_marks_its_delivery_and_gets_no_outcome_mail(sqlite_url: 
         by_target = {d.target: d for d in view.deliveries}
         assert by_target[mail.bob].status == "bounced" and "5.1.1" in (by_target[mail.bob].last_error or "")
         assert by_target[mail.alice].status == "sent"
-        assert [e["data"]["target"] for e in await _journal(api, request["id"])
+        assert [e["data"]["target"] for e in await api.journal(request["id"])
                 if e["event"] == "delivery_bounced"] == [mail.bob, mail.bob]
         status, _ = await api.call("POST", f"/v1/requests/{request['id']}/cancel")
         assert status == 200
@@ -254,7 +244,7 @@ async def test_a_restart_neither_replays_nor_loses_and_duplicates_are_ignored(sq
         assert done["response"] == {"decision": "approve"}
         await handled(api)
         await api.app[DISPATCHER].idle()
-        journal = await _journal(api, first["id"])
+        journal = await api.journal(first["id"])
         assert len([e for e in journal if e["event"] == "invalid_attempt"]) == 1  # not replayed, not re-read
         # Only the outcome mails of the second request went out: no second notice about "maybe".
         new = mail.smtp.received()[sent_before:]

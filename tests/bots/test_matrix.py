@@ -8,16 +8,15 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from conftest import OPERATOR_KEY, base_config, running_app, settings_from
+from conftest import OPERATOR_KEY, base_config, running_app, settings_from, until
 from nio import RoomCreateResponse, RoomGetEventResponse
 
 from handraise.bots.matrix import MatrixConnector
@@ -95,15 +94,6 @@ async def started(api: Any) -> MatrixConnector:
     connector = api.app[CONNECTORS]["matrix"]
     await asyncio.wait_for(connector.synced.wait(), timeout=30)
     return connector
-
-
-async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15) -> None:
-    """Poll a condition that has no event to await (a log line)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.05)
 
 
 def request_body(question: str, **extra: Any) -> dict[str, Any]:
@@ -569,7 +559,8 @@ async def test_encrypted_room_is_reported_at_start_and_gets_no_card(
             await human.send(created.room_id, {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEn",
                                                "sender_key": "abc", "session_id": "def", "device_id": "GHI"},
                              "m.room.encrypted")
-            await until(lambda: "received an encrypted message" in caplog.text, what="the unreadable report")
+            await until(lambda: "received an encrypted message" in caplog.text, what="the unreadable report",
+                        timeout=15)
     finally:
         await human.client.close()
 

@@ -13,7 +13,6 @@ from handraise.core.appkeys import DISPATCHER, SERVICE
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.test_telegram import ask as telegram_ask
-from tests.bots.test_telegram import db, journal  # noqa: F401  (db: the fixture)
 
 BOB_TG = 7777
 # Alice is Telegram's ALLOWED user, Bob another on-call person; Gus is globex's.
@@ -41,9 +40,9 @@ class PeopleTelegramDriver(TelegramDriver):
 
 
 @contextlib.asynccontextmanager
-async def telegram(db: str) -> AsyncIterator[tuple[TelegramDriver, Api]]:
+async def telegram(sqlite_url: str) -> AsyncIterator[tuple[TelegramDriver, Api]]:
     driver = PeopleTelegramDriver()
-    async with driver.running(db) as api:
+    async with driver.running(sqlite_url) as api:
         yield driver, api
 
 
@@ -51,8 +50,8 @@ def ask(uid: str, **extra: Any) -> dict[str, Any]:
     return telegram_ask(uid, kind="approval", **extra)
 
 
-async def test_a_person_on_a_named_allowlist_answers_and_is_named(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_a_person_on_a_named_allowlist_answers_and_is_named(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("p-1"))
         posted = await driver.posted(api, request)
         refused = await driver.press(posted, "approve", stranger=True)
@@ -62,28 +61,28 @@ async def test_a_person_on_a_named_allowlist_answers_and_is_named(db: str) -> No
         assert (done["status"], done["answered_by"]) == ("answered", f"telegram:{ALLOWED}")
         # Her configured name, not the one Telegram shows ("Alice (@alice)").
         await driver.assert_withdrawn(posted, "Approved by Alice Example via Telegram")
-        entries = await journal(api, request["id"])
+        entries = await api.journal(request["id"])
         answered = next(e for e in entries if e["event"] == "answered")
         assert answered["data"]["person"] == "alice"
         stranger = next(e for e in entries if e["event"] == "answer_refused")
         assert stranger["principal"] == f"telegram:{STRANGER}" and "person" not in stranger["data"]
 
 
-async def test_another_tenants_person_is_never_resolved(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_another_tenants_person_is_never_resolved(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         # Gus may answer globex's questions; in acme he is a stranger, and nobody by name.
         request = await api.create(ask("p-2"))
         posted = await driver.posted(api, request)
         await driver.assert_refused(await driver.press(posted, "approve", user_id=GLOBEX_USER))
-        refused = next(e for e in await journal(api, request["id"]) if e["event"] == "answer_refused")
+        refused = next(e for e in await api.journal(request["id"]) if e["event"] == "answer_refused")
         assert "person" not in refused["data"]
 
 
 # -- assignment and four eyes in chat ----------------------------------------------------------
 
 
-async def test_only_assigned_people_answer_in_telegram(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_only_assigned_people_answer_in_telegram(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("a-1", assign_to=["bob"]))
         posted = await driver.posted(api, request)
         # Alice is on the allowlist, but the request is Bob's: refused as a stranger is, by tap,
@@ -92,7 +91,7 @@ async def test_only_assigned_people_answer_in_telegram(db: str) -> None:
         await driver.assert_refused(await driver.reply(posted, "approve"))
         assert await driver.open_form(posted) is None
         assert "not authorized" in driver.last_private.params["text"].lower()  # type: ignore[union-attr]
-        reasons = [e["data"]["reason"] for e in await journal(api, request["id"]) if e["event"] == "answer_refused"]
+        reasons = [e["data"]["reason"] for e in await api.journal(request["id"]) if e["event"] == "answer_refused"]
         assert reasons == ["not_assigned"] * 3
         assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
         await driver.callback_answer(await driver.press(posted, "approve", user_id=BOB_TG))
@@ -101,8 +100,8 @@ async def test_only_assigned_people_answer_in_telegram(db: str) -> None:
         await driver.assert_withdrawn(posted, "Approved by Bob Builder via Telegram")
 
 
-async def test_four_eyes_in_telegram(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_four_eyes_in_telegram(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("f-1", on_behalf_of="alice"))
         posted = await driver.posted(api, request)
         answer = await driver.callback_answer(await driver.press(posted, "approve"))
@@ -112,8 +111,8 @@ async def test_four_eyes_in_telegram(db: str) -> None:
         assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"
 
 
-async def test_telegram_reaches_assigned_people_in_their_private_chat(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_telegram_reaches_assigned_people_in_their_private_chat(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         driver.tg.started.add(ALLOWED)  # Alice has started the bot; Bob never did
         request = await api.create(ask("dm-1", assign_to=["group:oncall"]))
         await api.app[DISPATCHER].idle()

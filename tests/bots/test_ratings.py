@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import READER_KEY, Api, base_config, running_app, settings_from
+from conftest import READER_KEY, Api, base_config, question, running_app, settings_from
 
 from handraise.bots.slack import SlackConnector
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
@@ -27,17 +27,13 @@ from tests.bots.slack_helpers import (
     slack_section,
     tap,
 )
+from tests.bots.slack_helpers import fake  # noqa: F401  (the fixture)
 from tests.fakes.slack import DEFAULT_TEAM_ID, FakeSlack
 from tests.fakes.telegram import Call
 
 pytestmark = pytest.mark.timeout(30)
 
 RATING_LABELS = ["1", "2", "3", "4", "5"]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ratings.db'}"
 
 
 async def annotations(api: Api, run_id: str) -> list[dict[str, Any]]:
@@ -47,7 +43,7 @@ async def annotations(api: Api, run_id: str) -> list[dict[str, Any]]:
 
 
 async def journal_events(api: Api, request_id: str) -> list[str]:
-    return [e["event"] for e in await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)]
+    return [e["event"] for e in await api.journal(request_id)]
 
 
 # -- Telegram ------------------------------------------------------------------------------
@@ -72,8 +68,7 @@ async def telegram(url: str, **kwargs: Any) -> AsyncIterator[tuple[RatingDriver,
 
 
 def ask(uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": f"Ship {uid}?", "kind": "approval", "timeout_seconds": 60,
-            "channels": ["telegram"], **extra}
+    return question(uid, message=f"Ship {uid}?", channels=["telegram"], kind="approval", **extra)
 
 
 async def withdrawn(driver: TelegramDriver, posted: Posted) -> Call:
@@ -91,8 +86,8 @@ async def tap_text(driver: TelegramDriver, posted: Posted, choice: str, *, user_
     return await driver.callback_answer(await driver.press(posted, choice, user_id=user_id))
 
 
-async def test_telegram_rating_is_an_annotation_and_a_second_one_supersedes(db: str) -> None:
-    async with telegram(db, rating_buttons=True) as (driver, api):
+async def test_telegram_rating_is_an_annotation_and_a_second_one_supersedes(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, rating_buttons=True) as (driver, api):
         request = await api.create(ask("tg-1", run_id="run-tg"))
         posted = await driver.posted(api, request)
         approve_token = driver.button(posted, "approve")["callback_data"]
@@ -137,8 +132,8 @@ async def test_telegram_rating_is_an_annotation_and_a_second_one_supersedes(db: 
         assert driver.message(posted).button_data() == before
 
 
-async def test_telegram_strangers_and_forged_buttons_record_nothing(db: str) -> None:
-    async with telegram(db, rating_buttons=True) as (driver, api):
+async def test_telegram_strangers_and_forged_buttons_record_nothing(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, rating_buttons=True) as (driver, api):
         request = await api.create(ask("tg-2", run_id="run-tg2"))
         other = await api.create(ask("tg-3", run_id="run-tg3"))
         posted, other_posted = await driver.posted(api, request), await driver.posted(api, other)
@@ -190,8 +185,8 @@ async def test_telegram_no_rating_buttons_unless_enabled_answered_and_in_a_run(t
         assert labels(driver, posted) == []
 
 
-async def test_telegram_no_rating_buttons_when_feedback_is_disabled(db: str) -> None:
-    async with telegram(db, rating_buttons=True, sections={"feedback": {"enabled": False}}) as (driver, api):
+async def test_telegram_no_rating_buttons_when_feedback_is_disabled(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, rating_buttons=True, sections={"feedback": {"enabled": False}}) as (driver, api):
         request = await api.create(ask("d-1", run_id="run-d1"))
         posted = await driver.posted(api, request)
         await driver.press(posted, "approve")
@@ -203,12 +198,6 @@ async def test_telegram_no_rating_buttons_when_feedback_is_disabled(db: str) -> 
 
 
 # -- Slack ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as f:
-        yield f
 
 
 @contextlib.asynccontextmanager

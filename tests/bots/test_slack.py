@@ -8,8 +8,6 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -45,26 +43,12 @@ from tests.bots.slack_helpers import (
     time_value,
     wait_for_count,
 )
+from tests.bots.slack_helpers import fake  # noqa: F401  (the fixture)
 from tests.fakes.slack import DEFAULT_TEAM_ID, FakeSlack, form_body, sign_request
 
 pytestmark = pytest.mark.timeout(30)
 
 TEAM = DEFAULT_TEAM_ID
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as f:
-        yield f
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'handraise.db'}"
-
-
-async def journal(api: Any, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
 
 
 # -- the message and its buttons -----------------------------------------------------
@@ -265,7 +249,7 @@ async def test_modal_from_the_schema_errors_on_their_blocks_then_success(
         await fake.wait_for_call("chat.update")
         assert fake.message(message["channel"], message["ts"])["text"] == f"✅ Answered by <@{ALICE}> via Slack"
         # The invalid attempt is journaled with its messages, never its values.
-        events = [e["event"] for e in await journal(api, req["id"])]
+        events = [e["event"] for e in await api.journal(req["id"])]
         assert events.count("invalid_attempt") == 1 and events.count("answered") == 1
 
         # A second submission of the same modal is too late, and says so in the modal.
@@ -428,10 +412,10 @@ async def test_a_stranger_is_told_not_authorized_and_nothing_changes(sqlite_url:
         assert not fake.calls_of("views.open")
         _, still = await api.call("GET", f"/v1/requests/{req['id']}")
         assert still["status"] == "pending"
-        refused = [e for e in await journal(api, req["id"]) if e["event"] == "answer_refused"]
+        refused = [e for e in await api.journal(req["id"]) if e["event"] == "answer_refused"]
         # Each tap is handled in its own task after its ack, so their order is not fixed.
         assert sorted(e["principal"] for e in refused) == [f"slack:{TEAM}/{CAROL}"] + [f"slack:{TEAM}/{MALLORY}"] * 3
-        assert not [e for e in await journal(api, req["id"]) if e["event"] == "link_minted"]
+        assert not [e for e in await api.journal(req["id"]) if e["event"] == "link_minted"]
 
 
 async def test_taps_on_resolved_requests_say_answered_or_expired(sqlite_url: str, fake: FakeSlack) -> None:
@@ -502,7 +486,7 @@ async def test_racing_taps_and_a_form_submission_have_one_winner(storage_url: st
         await api.app[DISPATCHER].idle()
         assert len(fake.calls_of("chat.postEphemeral")) == losing_taps
         assert all(e["text"] == "This was already answered." for e in fake.ephemeral_messages)
-        events = [e["event"] for e in await journal(api, req["id"])]
+        events = [e["event"] for e in await api.journal(req["id"])]
         assert events.count("answered") == 1
         assert len(fake.calls_of("chat.update")) == 1
 
@@ -529,7 +513,7 @@ async def test_sensitive_request_shows_only_open_form_and_takes_no_modal_or_repl
         assert sent["user"] == ALICE and sent["channel"] == ACME_CHANNEL
         link_button = sent["blocks"][0]["accessory"]
         assert link_button["url"].startswith("http://127.0.0.1:8080/f/")
-        minted = [e for e in await journal(api, req["id"]) if e["event"] == "link_minted"]
+        minted = [e for e in await api.journal(req["id"]) if e["event"] == "link_minted"]
         assert minted[0]["data"]["recipient"] == f"slack:{TEAM}/{ALICE}"
 
         # Even a modal or answer token for it (none is ever minted; here we mint them) is refused.
@@ -557,7 +541,7 @@ async def test_sensitive_request_shows_only_open_form_and_takes_no_modal_or_repl
         assert calls[-1]["thread_ts"] == message["ts"] and "only taken in the form" in calls[-1]["text"]
         _, still = await api.call("GET", f"/v1/requests/{req['id']}")
         assert still["status"] == "pending"
-        entries = await journal(api, req["id"])
+        entries = await api.journal(req["id"])
         assert [(e["data"]["reason"], e["data"]["removed"]) for e in entries
                 if e["event"] == "chat_reply_refused"] == [("sensitive", False)]  # Slack lets no bot delete it
         assert "123456" not in str(entries)
@@ -658,7 +642,7 @@ async def test_reminders_go_into_the_thread(sqlite_url: str, fake: FakeSlack) ->
         assert reminder.ok and reminder["text"].startswith("⏰ Reminder: this question still needs an answer")
         assert "blocks" not in reminder.args
         await api.app[DISPATCHER].idle()
-        assert [e["event"] for e in await journal(api, req["id"])].count("reminded") == 1
+        assert [e["event"] for e in await api.journal(req["id"])].count("reminded") == 1
 
 
 async def test_a_failed_views_open_tells_the_person(sqlite_url: str, fake: FakeSlack) -> None:
@@ -698,7 +682,7 @@ async def test_rate_limits_and_permanent_errors_go_through_the_dispatcher(sqlite
         first, second = fake.calls_of("chat.postMessage")
         assert first.status == 429 and second.ok
         await api.app[DISPATCHER].idle()
-        entries = await journal(api, req["id"])
+        entries = await api.journal(req["id"])
         failed = [e for e in entries if e["event"] == "delivery_failed"]
         assert failed[0]["data"]["error"] == "slack chat.postMessage: rate limited"
         assert failed[0]["data"]["final"] is False
@@ -890,7 +874,7 @@ async def test_a_token_shaped_thread_reply_is_not_stored(sqlite_url: str, fake: 
         assert "looked like a secret" in calls[-1]["text"]
         _, still = await api.call("GET", f"/v1/requests/{req['id']}")
         assert still["status"] == "pending"
-        entries = await journal(api, req["id"])
+        entries = await api.journal(req["id"])
         assert [e["data"]["reason"] for e in entries if e["event"] == "chat_reply_refused"] == ["secret_shaped"]
         assert secret not in str(entries)
 

@@ -25,15 +25,10 @@ from tests.bots.slack_helpers import (
     slack_section,
     tap,
 )
+from tests.bots.slack_helpers import fake  # noqa: F401  (the fixture)
 from tests.fakes.slack import FakeSlack
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as f:
-        yield f
 
 
 @contextlib.asynccontextmanager

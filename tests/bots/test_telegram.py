@@ -8,13 +8,12 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Api, base_config, running_app, settings_from
+from conftest import Api, base_config, question, running_app, settings_from, until
 
 from handraise.bots.telegram import TelegramConnector
 from handraise.bots.telegram.messages import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, utf16_len
@@ -35,18 +34,8 @@ async def telegram(url: str, **overrides: Any) -> AsyncIterator[tuple[TelegramDr
         yield driver, api
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'tg.db'}"
-
-
 def ask(uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": f"Question {uid}?", "timeout_seconds": 60,
-            "channels": ["telegram"], **extra}
-
-
-async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+    return question(uid, channels=["telegram"], **extra)
 
 
 async def get(api: Api, request_id: str) -> dict[str, Any]:
@@ -68,15 +57,6 @@ async def form_token(driver: TelegramDriver, posted: Posted) -> str:
     return url.rsplit("/f/", 1)[1]
 
 
-async def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
-    """For state with no event to await (which instance holds a lock)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
 # -- answers by button, by reply, by form -------------------------------------------------
 
 
@@ -86,8 +66,8 @@ async def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
     ({"schema": {"type": "string", "enum": ["red", "green", "blue"]}}, "green", "green",
      "Answered by Alice (@alice) via Telegram"),
 ])
-async def test_button_answers(db: str, extra: dict[str, Any], choice: str, expected: Any, shown: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_button_answers(sqlite_url: str, extra: dict[str, Any], choice: str, expected: Any, shown: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("b-1", **extra))
         posted = await driver.posted(api, request)
         data = [b for row in sent_call(driver, posted).params["reply_markup"]["inline_keyboard"]
@@ -113,8 +93,8 @@ async def test_button_answers(db: str, extra: dict[str, Any], choice: str, expec
      "name: Bob\nage: 30", {"name": "Bob", "age": 30}),
     ({"kind": "approval"}, "reject because too risky", {"decision": "reject", "reason": "too risky"}),
 ])
-async def test_reply_answers(db: str, extra: dict[str, Any], text: str, expected: Any) -> None:
-    async with telegram(db) as (driver, api):
+async def test_reply_answers(sqlite_url: str, extra: dict[str, Any], text: str, expected: Any) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("r-1", **extra))
         posted = await driver.posted(api, request)
         markup = sent_call(driver, posted).params.get("reply_markup") or {}
@@ -131,10 +111,10 @@ async def test_reply_answers(db: str, extra: dict[str, Any], text: str, expected
         await driver.assert_withdrawn(posted, "by Alice (@alice) via Telegram")
 
 
-async def test_form_answer_with_a_fresh_link_per_chat(db: str) -> None:
+async def test_form_answer_with_a_fresh_link_per_chat(sqlite_url: str) -> None:
     second_chat = -1009999
     tenants = {"acme": {"chat_ids": [CHAT, second_chat], "allowed_user_ids": [ALLOWED]}}
-    async with telegram(db, tenants=tenants) as (driver, api):
+    async with telegram(sqlite_url, tenants=tenants) as (driver, api):
         schema = {"type": "object", "properties": {"host": {"type": "string"}, "port": {"type": "integer"}},
                   "required": ["host", "port"]}
         request = await api.create(ask("f-1", schema=schema))
@@ -154,23 +134,23 @@ async def test_form_answer_with_a_fresh_link_per_chat(db: str) -> None:
             assert "Host: db1\nPort: 5432" in text  # field titles, in schema order
 
 
-async def test_invalid_reply_is_explained_and_the_request_stays_pending(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_invalid_reply_is_explained_and_the_request_stays_pending(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("i-1", schema={"type": "integer", "minimum": 1, "maximum": 10}))
         posted = await driver.posted(api, request)
 
         explained = await driver.bot_reply(await driver.reply(posted, "42"), containing="not valid")
         assert "42" not in explained.params["text"]  # the value is not echoed
         assert (await get(api, request["id"]))["status"] == "pending"
-        assert [e["event"] for e in await journal(api, request["id"])].count("invalid_attempt") == 1
+        assert [e["event"] for e in await api.journal(request["id"])].count("invalid_attempt") == 1
 
         # A reply to the explanation still answers the same question.
         await driver.reply(posted, "5", to_message_id=explained.result["message_id"])
         assert (await api.wait(request["id"]))["response"] == 5
 
 
-async def test_unknown_field_lines_are_explained_not_dropped(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_unknown_field_lines_are_explained_not_dropped(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         schema = {"type": "object", "properties": {"name": {"type": "string"}, "nick": {"type": "string"}}}
         request = await api.create(ask("i-2", schema=schema))
         posted = await driver.posted(api, request)
@@ -184,8 +164,8 @@ async def test_unknown_field_lines_are_explained_not_dropped(db: str) -> None:
 # -- who may answer, and when ------------------------------------------------------------------
 
 
-async def test_strangers_and_other_tenants_users_are_refused(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_strangers_and_other_tenants_users_are_refused(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("s-1", kind="approval"))
         posted = await driver.posted(api, request)
 
@@ -199,13 +179,13 @@ async def test_strangers_and_other_tenants_users_are_refused(db: str) -> None:
 
         body = await get(api, request["id"])
         assert body["status"] == "pending"
-        refused = [e for e in await journal(api, request["id"]) if e["event"] == "answer_refused"]
+        refused = [e for e in await api.journal(request["id"]) if e["event"] == "answer_refused"]
         assert {e["principal"] for e in refused} == {f"telegram:{STRANGER}", f"telegram:{GLOBEX_USER}"}
         assert driver.button(posted, "approve")  # the buttons are still there
 
 
-async def test_tap_on_a_resolved_request(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_tap_on_a_resolved_request(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         answered = await api.create(ask("t-1", kind="approval"))
         expiring = await api.create(ask("t-2", kind="approval", timeout_seconds=600))
         posts = [await driver.posted(api, r) for r in (answered, expiring)]
@@ -229,8 +209,8 @@ async def test_tap_on_a_resolved_request(db: str) -> None:
         assert (await get(api, answered["id"]))["response"] == {"decision": "reject"}
 
 
-async def test_forged_or_misplaced_callback_data_is_refused(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_forged_or_misplaced_callback_data_is_refused(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         first = await driver.posted(api, await api.create(ask("x-1", kind="approval")))
         second_request = await api.create(ask("x-2", kind="approval"))
         second = await driver.posted(api, second_request)
@@ -253,11 +233,11 @@ async def test_forged_or_misplaced_callback_data_is_refused(db: str) -> None:
 # -- sensitive requests ------------------------------------------------------------------------
 
 
-async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(db: str,
+async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(sqlite_url: str,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     secret = "493817"
-    async with telegram(db) as (driver, api):
+    async with telegram(sqlite_url) as (driver, api):
         question = "Enter the code we texted to +1 555 0100"
         request = await api.create(ask("p-1", message_for_user=question, sensitive=True,
                                        schema={"type": "string", "pattern": "^[0-9]{6}$"}))
@@ -288,7 +268,7 @@ async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(db: str
         await driver.assert_withdrawn(posted, "Answered by Alice (@alice) via Telegram")
         assert "271828" not in (driver.message(posted).text or "")
 
-        entries = await journal(api, request["id"])
+        entries = await api.journal(request["id"])
         assert "chat_reply_refused" in [e["event"] for e in entries]
         assert secret not in str(entries) and "271828" not in str(entries)
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
@@ -296,8 +276,8 @@ async def test_sensitive_request_is_generic_and_chat_replies_are_deleted(db: str
     assert driver.tg.token not in logged
 
 
-async def test_secret_shaped_reply_to_an_ordinary_question_is_refused(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_secret_shaped_reply_to_an_ordinary_question_is_refused(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("p-2"))
         posted = await driver.posted(api, request)
         action = await driver.reply(posted, "here: ghp_0123456789abcdefghijABCDEFGHIJ012345")
@@ -335,15 +315,15 @@ async def test_racing_taps_and_a_form_submission_resolve_once(storage_url: str) 
         assert all(a in ("Thanks, your answer was recorded.", "This was already answered.") for a in answers)
         done = await get(api, request["id"])
         assert done["status"] == "answered"
-        assert [e["event"] for e in await journal(api, request["id"])].count("answered") == 1
+        assert [e["event"] for e in await api.journal(request["id"])].count("answered") == 1
         assert len(driver.tg.calls_of("editMessageText")) == 1
 
 
 # -- withdraw, reminders, limits --------------------------------------------------------------
 
 
-async def test_withdraw_on_cancel_and_on_expiry(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_withdraw_on_cancel_and_on_expiry(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         cancelled = await api.create(ask("w-1", kind="approval"))
         expiring = await api.create(ask("w-2", schema={"type": "boolean"}, kind="choice", timeout_seconds=1))
         posts = [await driver.posted(api, r) for r in (cancelled, expiring)]
@@ -356,8 +336,8 @@ async def test_withdraw_on_cancel_and_on_expiry(db: str) -> None:
         assert [d["status"] for d in body["deliveries"]] == ["withdrawn"]
 
 
-async def test_reminder_pings_once_and_is_withdrawn_too(db: str) -> None:
-    async with telegram(db, remind_after_seconds=0.3) as (driver, api):
+async def test_reminder_pings_once_and_is_withdrawn_too(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, remind_after_seconds=0.3) as (driver, api):
         request = await api.create(ask("rem-1"))
         posted = await driver.posted(api, request)
 
@@ -375,11 +355,11 @@ async def test_reminder_pings_once_and_is_withdrawn_too(db: str) -> None:
         await api.app[DISPATCHER].idle()
         assert len([c for c in driver.tg.calls_of("sendMessage") if "Reminder" in c.params["text"]]) == 1
         assert "Answered by Alice" in driver.tg.message(CHAT, reminder.result["message_id"]).text
-        assert "reminded" in [e["event"] for e in await journal(api, request["id"])]
+        assert "reminded" in [e["event"] for e in await api.journal(request["id"])]
 
 
-async def test_rate_limit_and_server_error_are_retried(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_rate_limit_and_server_error_are_retried(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         tg = driver.tg
         tg.fail_next("sendMessage", status=429, retry_after=1)
         limited = await api.create(ask("l-1", kind="approval"))
@@ -395,7 +375,7 @@ async def test_rate_limit_and_server_error_are_retried(db: str) -> None:
         for request in (limited, failing):
             body = await get(api, request["id"])
             assert [(d["status"], d["attempts"], d["last_error"]) for d in body["deliveries"]] == [("sent", 2, None)]
-        failures = [e["data"] for e in await journal(api, limited["id"]) if e["event"] == "delivery_failed"]
+        failures = [e["data"] for e in await api.journal(limited["id"]) if e["event"] == "delivery_failed"]
         assert failures[0]["retry_after"] == 1.0 and "rate limit" in failures[0]["error"]
 
         # Withdrawing honours a 429 the same way.
@@ -406,8 +386,8 @@ async def test_rate_limit_and_server_error_are_retried(db: str) -> None:
         assert "Approved by operator op-1" in driver.message(posted).text
 
 
-async def test_long_question_is_cut_and_the_form_holds_all_of_it(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_long_question_is_cut_and_the_form_holds_all_of_it(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         question = "Please review: " + "😀 long line of context. " * 300  # ~7.5k UTF-16 units
         request = await api.create(ask("long-1", message_for_user=question))
         posted = await driver.posted(api, request)
@@ -427,8 +407,8 @@ async def test_long_question_is_cut_and_the_form_holds_all_of_it(db: str) -> Non
 # -- webhook mode -------------------------------------------------------------------------------
 
 
-async def test_webhook_mode_verifies_the_secret_token(db: str) -> None:
-    async with telegram(db, mode="webhook", webhook_secret=WEBHOOK_SECRET) as (driver, api):
+async def test_webhook_mode_verifies_the_secret_token(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, mode="webhook", webhook_secret=WEBHOOK_SECRET) as (driver, api):
         registered = await driver.tg.wait_for_call("setWebhook")
         assert registered.params["url"] == "http://127.0.0.1:8080/bots/telegram/webhook"
         assert registered.params["secret_token"] == WEBHOOK_SECRET
@@ -541,15 +521,15 @@ def test_short_form_serves_the_only_tenant() -> None:
     assert settings.tenants["solo"].chat_ids == [-100]
 
 
-async def test_start_command_tells_ids(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_start_command_tells_ids(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         driver.push(driver.tg.make_text_message(chat_id=STRANGER, user_id=STRANGER, text="/start"))
         call = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params["chat_id"] == STRANGER)
         assert f"user id is {STRANGER}" in call.params["text"]
 
 
-async def test_a_refused_form_button_becomes_a_link_in_the_text(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_a_refused_form_button_becomes_a_link_in_the_text(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         # What Telegram answers for a URL button to a host it deems invalid (a loopback public_url).
         driver.tg.fail_next("sendMessage", status=400, description="Bad Request: BUTTON_URL_INVALID")
         request = await api.create(ask("u-1", kind="approval"))
@@ -568,8 +548,8 @@ async def test_a_refused_form_button_becomes_a_link_in_the_text(db: str) -> None
 # -- issue 10: personal links, casual remarks, stale buttons, strangers told once, early taps ----
 
 
-async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_own(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_own(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("pl-1", kind="approval"))
         posted = await driver.posted(api, request)
         assert await driver.open_form(posted, stranger=True) is None
@@ -590,8 +570,8 @@ async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_ow
         assert not (stored.reply_markup or {}).get("inline_keyboard")
 
 
-async def test_a_stranger_is_told_once(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_a_stranger_is_told_once(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("st-1"))
         posted = await driver.posted(api, request)
         first = await driver.reply(posted, "hello", stranger=True)
@@ -603,15 +583,15 @@ async def test_a_stranger_is_told_once(db: str) -> None:
         assert len(told) == 1
 
 
-async def test_free_text_force_reply_is_selective(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_free_text_force_reply_is_selective(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("fr-1"))
         posted = await driver.posted(api, request)
         assert sent_call(driver, posted).params["reply_markup"]["selective"] is True
 
 
-async def test_a_tap_before_the_bot_recorded_its_message_counts(db: str) -> None:
-    async with telegram(db) as (driver, api):
+async def test_a_tap_before_the_bot_recorded_its_message_counts(sqlite_url: str) -> None:
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("et-1", kind="approval"))
         posted = await driver.posted(api, request)
         data = driver.button(posted, "approve")["callback_data"]
@@ -621,10 +601,10 @@ async def test_a_tap_before_the_bot_recorded_its_message_counts(db: str) -> None
         assert (await api.wait(request["id"]))["response"] == {"decision": "approve"}
 
 
-async def test_concurrent_open_form_taps_each_lose_their_button(db: str) -> None:
+async def test_concurrent_open_form_taps_each_lose_their_button(sqlite_url: str) -> None:
     # Several "Open form" taps handled at once each send a private link; each of those messages must be
     # remembered (an atomic update of the list, not get-then-set) so each loses its button at the end.
-    async with telegram(db) as (driver, api):
+    async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("pl-many", kind="approval"))
         posted = await driver.posted(api, request)
         token = driver.button(posted, "open form")["url"].rsplit("=", 1)[1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from conftest import OTHER_AGENT_KEY, base_config, running_app, settings_from
+from conftest import OTHER_AGENT_KEY, base_config, question, running_app, settings_from
 from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
 
 from handraise.bots.webhooks import (
@@ -39,8 +39,7 @@ def settings(tmp_path: Path, *endpoints: dict[str, Any]) -> Settings:
 
 
 def ask(uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": f"Page the on-call for {uid}", "timeout_seconds": 60,
-            "channels": ["webhooks"], **extra}
+    return question(uid, message=f"Page the on-call for {uid}", channels=["webhooks"], **extra)
 
 
 def assert_signed(hit: Hit) -> None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 
 from handraise.core.api import RequestView
@@ -73,15 +71,6 @@ def fast(api: Any) -> None:
     dispatcher.backoff_cap = 0.05
 
 
-async def journal_events(api: Any, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'd.db'}"
-
-
 async def test_delivers_at_once_and_shows_deliveries(storage_url: str) -> None:
     async with running_app(settings_from(base_config(storage_url)), connector_classes=[ScriptedConnector]) as api:
         created = await api.create(question("d-1", ["scripted"]))
@@ -92,7 +81,7 @@ async def test_delivers_at_once_and_shows_deliveries(storage_url: str) -> None:
         rows = sorted(body["deliveries"], key=lambda d: d["target"])
         assert [(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"]) for d in rows] == [
             ("scripted", "t1", "sent", 1, None), ("scripted", "t2", "sent", 1, None)]
-        delivered = [e for e in await journal_events(api, created["id"]) if e["event"] == "delivered"]
+        delivered = [e for e in await api.journal(created["id"]) if e["event"] == "delivered"]
         assert sorted(e["data"]["target"] for e in delivered) == ["t1", "t2"]
         assert all(e["channel"] == "scripted" for e in delivered)
 
@@ -108,7 +97,7 @@ async def test_failed_send_is_retried_with_backoff_and_each_attempt_journaled(sq
         _, body = await api.call("GET", f"/v1/requests/{created['id']}")
         t1 = next(d for d in body["deliveries"] if d["target"] == "t1")
         assert (t1["status"], t1["attempts"], t1["last_error"]) == ("sent", 3, None)
-        failed = [e for e in await journal_events(api, created["id"])
+        failed = [e for e in await api.journal(created["id"])
                   if e["event"] == "delivery_failed" and e["data"]["target"] == "t1"]
         assert [(e["data"]["attempt"], e["data"]["final"]) for e in failed] == [(1, False), (2, False)]
         assert failed[0]["data"]["error"] == "HTTP 502 from upstream"
@@ -154,7 +143,7 @@ async def test_attempts_are_capped(sqlite_url: str) -> None:
         _, body = await api.call("GET", f"/v1/requests/{created['id']}")
         t1 = next(d for d in body["deliveries"] if d["target"] == "t1")
         assert (t1["status"], t1["attempts"]) == ("failed", 3)
-        finals = [e["data"]["final"] for e in await journal_events(api, created["id"])
+        finals = [e["data"]["final"] for e in await api.journal(created["id"])
                   if e["event"] == "delivery_failed"]
         assert finals == [False, False, True]
 
@@ -218,7 +207,7 @@ async def test_withdraw_on_every_terminal_route(sqlite_url: str) -> None:
         for request in (answered, cancelled, expiring):
             _, body = await api.call("GET", f"/v1/requests/{request['id']}")
             assert {d["status"] for d in body["deliveries"]} == {"withdrawn"}
-            assert sum(e["event"] == "withdrawn" for e in await journal_events(api, request["id"])) == 2
+            assert sum(e["event"] == "withdrawn" for e in await api.journal(request["id"])) == 2
 
 
 async def test_reminder_once_and_withdrawn_with_the_question(sqlite_url: str) -> None:
@@ -243,7 +232,7 @@ async def test_reminder_once_and_withdrawn_with_the_question(sqlite_url: str) ->
         await api.submit("r-1", {"decision": "reject"})
         await api.app[DISPATCHER].idle()
         assert sorted(ref["message"] for _, ref, _ in connector.withdrawn) == ["reminder:t1", "t1:1"]
-        assert any(e["event"] == "reminded" for e in await journal_events(api, created["id"]))
+        assert any(e["event"] == "reminded" for e in await api.journal(created["id"]))
 
 
 async def test_no_reminder_after_resolution(sqlite_url: str) -> None:
@@ -385,5 +374,5 @@ async def test_two_instances_seeing_one_message_end_withdraw_it_once(storage_url
         assert len(ca.withdrawn) + len(cb.withdrawn) == 1
         row, = await service.store.deliveries_for("acme", created["id"])
         assert row["status"] == "withdrawn"
-        withdrawn = [e for e in await journal_events(a, created["id"]) if e["event"] == "withdrawn"]
+        withdrawn = [e for e in await a.journal(created["id"]) if e["event"] == "withdrawn"]
         assert len(withdrawn) == 2  # the first pass, then one of the two racers

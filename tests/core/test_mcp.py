@@ -185,14 +185,8 @@ async def test_http_client_cancellation_cancels_the_request_journaled(tmp_path: 
             await call
         assert resolved.object_id == created.object_id and resolved.data["status"] == "cancelled"
         assert resolved.data["cancelled_by"] == "agent:agent-1"
-        entries = await _journal(api, created.object_id)
+        entries = await api.journal(created.object_id)
         assert "cancelled" in [e["event"] for e in entries]
-
-
-async def _journal(api: Api, request_id: str) -> list[dict[str, Any]]:
-    from handraise.core.appkeys import SERVICE
-
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
 
 
 async def test_http_progress_keeps_a_client_with_a_short_read_timeout_waiting(tmp_path: Path) -> None:
@@ -301,7 +295,7 @@ async def test_http_sensitive_question_goes_to_the_user_by_url_elicitation_with_
         [offer] = user.offered
         assert offer.elicitation_id == result.structured_content["request_id"]
         assert "/f/" in offer.url and offer.url not in str(result.model_dump())  # the model never sees the link
-        entries = await _journal(api, offer.elicitation_id)
+        entries = await api.journal(offer.elicitation_id)
         minted = [e for e in entries if e["event"] == "link_minted"]
         assert len(minted) == 1 and minted[0]["principal"] == "agent:agent-fwd"
         assert minted[0]["data"]["scope"] == "forward"
@@ -317,7 +311,7 @@ async def test_http_sensitive_question_without_forward_offers_no_link(tmp_path: 
             result = await session.call_tool("ask_human", {"question": "Code?", "sensitive": True,
                                                            "timeout_seconds": 60})
         assert result.structured_content["answer"] == "135790" and user.offered == []
-        entries = await _journal(api, result.structured_content["request_id"])
+        entries = await api.journal(result.structured_content["request_id"])
         assert "link_minted" not in [e["event"] for e in entries]
 
 

@@ -11,18 +11,16 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AGENT_KEY, OPERATOR_KEY, Api, base_config, running_app, settings_from
+from conftest import AGENT_KEY, OPERATOR_KEY, Api
 
 from handraise.core.errors import InvalidSchemaError
 from handraise.core.schema import check_schema, validate_answer
 from handraise.core.schema.patterns import MAX_PROGRAM_SIZE, PatternError, compile_pattern, pattern_search
 from handraise.core.schema.validation import OFF_LOOP_STEPS, match_steps
-from handraise.webforms.connector import WebFormsChannel
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
 # Each pattern with the answer that makes a backtracking engine take exponential (or n^12) time.
@@ -148,13 +146,6 @@ async def _served_while(api: Api, work: Any) -> tuple[Any, float]:
         await poller
     assert served >= 1
     return result, slowest
-
-
-@pytest.fixture
-async def web(tmp_path: Path) -> AsyncIterator[Api]:
-    async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}")),
-                           connector_classes=[WebFormsChannel]) as api:
-        yield api
 
 
 async def _ask(api: Api, schema: dict[str, Any]) -> dict[str, Any]:

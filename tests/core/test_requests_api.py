@@ -17,13 +17,14 @@ from conftest import (
     READER_KEY,
     Api,
     base_config,
+    question,
     running_app,
     settings_from,
 )
 
 
 def body(uid: str, **extra: Any) -> dict[str, Any]:
-    return {"unique_id": uid, "message_for_user": "Enter the code", "timeout_seconds": 60, **extra}
+    return question(uid, message="Enter the code", **extra)
 
 
 # -- health and discovery --------------------------------------------------------

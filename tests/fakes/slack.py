@@ -16,14 +16,15 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import ClientSession, WSCloseCode, WSMsgType, web
 
+from tests.fakes.server import FakeServer
+
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 Payload = dict[str, Any]
 
 DEFAULT_BOT_TOKEN = "xoxb-0000000001-0000000002-fakebottoken"
@@ -105,7 +106,7 @@ class _Fault:
     remaining: int
 
 
-class FakeSlack:
+class FakeSlack(FakeServer[SlackCall]):
     """A fake Slack on an ephemeral 127.0.0.1 port, spoken to by the real slack_sdk.
 
     Usage::
@@ -142,6 +143,9 @@ class FakeSlack:
     with ``post_interaction`` or pushed with ``socket_send_interactive``.
     """
 
+    name = "FakeSlack"
+    runner_options = {"shutdown_timeout": 1.0}
+
     def __init__(
         self,
         *,
@@ -154,6 +158,7 @@ class FakeSlack:
         app_id: str = DEFAULT_APP_ID,
         channels: Iterable[str] | None = None,
     ) -> None:
+        super().__init__()
         self.bot_token = bot_token
         self.app_token = app_token
         self.team_id = team_id
@@ -163,7 +168,6 @@ class FakeSlack:
         self.app_id = app_id
         # None accepts any channel id; a set makes other channels channel_not_found.
         self.channels: set[str] | None = set(channels) if channels is not None else None
-        self.calls: list[SlackCall] = []
         self.ephemeral_messages: list[Payload] = []
         self._messages: dict[tuple[str, str], Payload] = {}
         self._deleted: set[tuple[str, str]] = set()
@@ -175,11 +179,8 @@ class FakeSlack:
         self._acks: dict[str, tuple[FakeSocket, asyncio.Future[Payload]]] = {}
         # response_url key -> (channel, message ts, clicking user)
         self._response_urls: dict[str, tuple[str, str, str]] = {}
-        self._waiters: list[asyncio.Future[None]] = []
         self._ids = itertools.count(1)
         self._last_ts_us = 0
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
         self._handlers: dict[str, Callable[[Payload], Payload]] = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,
@@ -195,48 +196,21 @@ class FakeSlack:
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        if self._runner is not None:
-            raise RuntimeError("FakeSlack already started")
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/api/{method}", self._handle_api)
         app.router.add_get("/socket/{ticket}", self._handle_socket)
         app.router.add_post("/response_url/{key}", self._handle_response_url)
-        runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = runner.addresses[0][1]
-        log.debug("fake slack listening on port %s", self._port)
 
-    async def stop(self) -> None:
-        if self._runner is None:
-            return
+    async def closing(self) -> None:
         for _, future in self._acks.values():
             if not future.done():
                 future.set_exception(ConnectionResetError("FakeSlack stopped"))
         # Close sockets first: aiohttp would otherwise wait for their handlers.
         await self.close_sockets()
-        await self._runner.cleanup()
-        self._runner = None
-
-    async def __aenter__(self) -> FakeSlack:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("FakeSlack is not started")
-        return self._port
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url()
 
     @property
     def api_url(self) -> str:
@@ -244,31 +218,6 @@ class FakeSlack:
         return f"{self.base_url}/api/"
 
     # ------------------------------------------------------------ call records
-
-    def calls_of(self, method: str) -> list[SlackCall]:
-        return [call for call in self.calls if call.method == method]
-
-    async def wait_for_call(
-        self,
-        method: str,
-        predicate: Callable[[SlackCall], bool] | None = None,
-        *,
-        timeout: float = 5.0,
-    ) -> SlackCall:
-        """The first call of ``method`` matching ``predicate``, already made or to come."""
-
-        def find() -> SlackCall | None:
-            for call in self.calls:
-                if call.method == method and (predicate is None or predicate(call)):
-                    return call
-            return None
-
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._wait_until(find)
-        except TimeoutError:
-            seen = [call.method for call in self.calls]
-            raise TimeoutError(f"no matching {method} call within {timeout}s; calls so far: {seen}") from None
 
     def fail_next(
         self,
@@ -444,7 +393,7 @@ class FakeSlack:
 
         try:
             async with asyncio.timeout(timeout):
-                return await self._wait_until(find)
+                return await self.wait_until(find)
         except TimeoutError:
             raise TimeoutError(
                 f"Socket Mode connection #{nth} not made within {timeout}s ({len(self._sockets)} so far)"
@@ -488,7 +437,7 @@ class FakeSlack:
             envelope.update(retry_attempt=0, retry_reason="")
         try:
             async with asyncio.timeout(timeout):
-                target = socket or await self._wait_until(self._newest_socket)
+                target = socket or await self.wait_until(self._newest_socket)
                 future: asyncio.Future[Payload] = asyncio.get_running_loop().create_future()
                 self._acks[envelope_id] = (target, future)
                 try:
@@ -530,7 +479,7 @@ class FakeSlack:
 
         status, body, headers = self._answer(method, args, token, read_error)
         log.debug("fake slack %s -> %s %s", method, status, body.get("error", "ok"))
-        self._record(
+        self.record(
             SlackCall(
                 method=method,
                 args=args,
@@ -604,7 +553,7 @@ class FakeSlack:
             }
         )
         self._sockets.append(sock)
-        self._notify()
+        self.notify()
         log.debug("socket mode connection %s open", sock.number)
         try:
             async for msg in ws:
@@ -614,7 +563,7 @@ class FakeSlack:
             for envelope_id, (owner, future) in list(self._acks.items()):
                 if owner is sock and not future.done():
                     future.set_exception(ConnectionResetError(f"socket closed before ack of {envelope_id}"))
-            self._notify()
+            self.notify()
             log.debug("socket mode connection %s closed", sock.number)
         return ws
 
@@ -648,7 +597,7 @@ class FakeSlack:
                 status, answer = 200, {"ok": True}
             except _SlackError as e:
                 status, answer = 400, {"ok": False, "error": e.error}
-        self._record(
+        self.record(
             SlackCall(
                 method="response_url",
                 args=body if isinstance(body, dict) else {},
@@ -881,24 +830,6 @@ class FakeSlack:
             "app_installed_team_id": self.team_id,
             "bot_id": self.bot_id,
         }
-
-    def _record(self, call: SlackCall) -> None:
-        self.calls.append(call)
-        self._notify()
-
-    def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def _wait_until(self, find: Callable[[], T | None]) -> T:
-        """Re-check ``find`` after every recorded change; callers bound it with a timeout."""
-        while (found := find()) is None:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
-        return found
 
 
 # ---------------------------------------------------------------- module level

@@ -54,6 +54,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.server import FakeServer
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN = "123456789:AAHandraiseFakeTokenForTests_0123456789"
@@ -279,18 +281,23 @@ def _check_markup(markup: Any) -> dict[str, Any] | None:
     return markup
 
 
-class FakeTelegram:
+class FakeTelegram(FakeServer[Call]):
     """A fake Bot API server on 127.0.0.1 (ephemeral port); see the module docstring."""
+
+    name = "FakeTelegram"
+    quiet_methods = frozenset({"getUpdates"})
+    # A client that gives up on a long poll frees its handler.
+    runner_options = {"handler_cancellation": True}
 
     def __init__(self, *, token: str = DEFAULT_TOKEN, bot_username: str = "handraise_test_bot",
                  bot_first_name: str = "Handraise Test Bot") -> None:
+        super().__init__()
         self.token = token
         bot_id = token.split(":", 1)[0]
         self.bot_user: dict[str, Any] = {
             "id": int(bot_id) if bot_id.isdigit() else 123456789, "is_bot": True,
             "first_name": bot_first_name, "username": bot_username,
         }
-        self.calls: list[Call] = []
         self.webhook_url: str | None = None
         self.webhook_secret: str | None = None
         self._users: dict[int, dict[str, Any]] = {}
@@ -304,13 +311,10 @@ class FakeTelegram:
         self._allowed_updates: list[str] = []
         self._faults: dict[str, deque[ApiError]] = {}
         # Replaced after each set() so that waiters only see changes after their check.
-        self._calls_changed = asyncio.Event()
         self._updates_changed = asyncio.Event()
         self._poll_parked = asyncio.Event()
         self._parked_polls = 0
         self._closing = False
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
         self._methods: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "getMe": self._get_me, "sendMessage": self._send_message,
             "editMessageText": self._edit_message_text,
@@ -325,77 +329,27 @@ class FakeTelegram:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        # handler_cancellation: a client that gives up on a long poll frees its handler.
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
-        log.debug("fake telegram listening on port %s", self._port)
 
-    async def stop(self) -> None:
+    async def closing(self) -> None:
         self._closing = True
-        self._wake(updates=True)  # long polls answer at once instead of holding shutdown
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("FakeTelegram is not started")
-        return self._port
+        self._wake_polls()  # long polls answer at once instead of holding shutdown
 
     @property
     def base_url(self) -> str:
         """For ``ApplicationBuilder().base_url(...)``: the client appends the token."""
-        return f"http://127.0.0.1:{self.port}/bot"
+        return self.url("/bot")
 
     @property
     def base_file_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/file/bot"
+        return self.url("/file/bot")
 
     # -- recorded calls ----------------------------------------------------------------
 
-    def calls_of(self, method: str) -> list[Call]:
-        method = self._canonical.get(method.lower(), method)
-        return [call for call in self.calls if call.method == method]
-
-    async def wait_for_call(self, method: str, *, predicate: Callable[[Call], bool] | None = None,
-                            timeout: float = 5.0) -> Call:
-        """Return the first call of ``method`` matching ``predicate``, past or future.
-
-        Raises AssertionError (listing the calls seen) if none arrives within ``timeout``.
-        """
-        method = self._canonical.get(method.lower(), method)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        checked = 0
-        while True:
-            for call in self.calls[checked:]:
-                if call.method == method and (predicate is None or predicate(call)):
-                    return call
-            checked = len(self.calls)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                seen = [c.method for c in self.calls if c.method != "getUpdates"]
-                raise AssertionError(
-                    f"no matching {method} call within {timeout}s; calls seen: {seen}")
-            changed = self._calls_changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                pass
+    def method_name(self, method: str) -> str:
+        # The Bot API takes method names in any case.
+        return self._canonical.get(method.lower(), method)
 
     async def wait_until_polling(self, *, timeout: float = 5.0) -> None:
         """Wait until a getUpdates long poll is parked waiting for updates."""
@@ -527,7 +481,7 @@ class FakeTelegram:
     def push_update(self, update: dict[str, Any]) -> None:
         """Queue an update for getUpdates (polling)."""
         self._updates.append(update)
-        self._wake(updates=True)
+        self._wake_polls()
 
     @property
     def pending_updates(self) -> list[dict[str, Any]]:
@@ -553,13 +507,9 @@ class FakeTelegram:
 
     # -- HTTP ----------------------------------------------------------------------------
 
-    def _wake(self, *, updates: bool = False) -> None:
-        if updates:
-            self._updates_changed.set()
-            self._updates_changed = asyncio.Event()
-        else:
-            self._calls_changed.set()
-            self._calls_changed = asyncio.Event()
+    def _wake_polls(self) -> None:
+        self._updates_changed.set()
+        self._updates_changed = asyncio.Event()
 
     async def _handle(self, request: web.Request) -> web.Response:
         token = request.match_info["token"]
@@ -583,8 +533,7 @@ class FakeTelegram:
         except ApiError as error:
             body = error.body()
         status = body.get("error_code", 200)
-        self.calls.append(Call(method=method, params=params, at=at, status=status, response=body))
-        self._wake()
+        self.record(Call(method=method, params=params, at=at, status=status, response=body))
         log.debug("fake telegram answered %s with %s", method, status)
         return web.json_response(body, status=status)
 
@@ -749,7 +698,7 @@ class FakeTelegram:
         self._remember_allowed_updates(params)
         self.webhook_url = url or None
         self.webhook_secret = str(secret) if url and secret is not None else None
-        self._wake(updates=True)  # a parked getUpdates must now see the conflict
+        self._wake_polls()  # a parked getUpdates must now see the conflict
         return True
 
     async def _delete_webhook(self, params: dict[str, Any]) -> bool:

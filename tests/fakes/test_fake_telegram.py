@@ -359,7 +359,7 @@ async def test_wait_for_call_sees_past_and_future_calls(tg: FakeTelegram,
     await bot.send_message(CHAT, "second")
     assert (await waiter).result["message_id"] == 2
 
-    with pytest.raises(AssertionError, match="no matching sendChatAction call"):
+    with pytest.raises(TimeoutError, match="no matching sendChatAction call"):
         await tg.wait_for_call("sendChatAction", timeout=0.05)
     await bot.send_chat_action(CHAT, "typing")
     assert (await tg.wait_for_call("sendChatAction")).params == {"chat_id": CHAT,

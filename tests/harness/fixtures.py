@@ -18,9 +18,9 @@ import pytest
 import pytest_asyncio
 
 from harness.browser import chromium_missing_reason, launch_chromium
-from harness.synapse import SynapseServer, synapse_missing_reason
 
 if TYPE_CHECKING:
+    from harness.synapse import SynapseServer
     from playwright.async_api import Browser, Page, Playwright
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,9 @@ _browser_shared: tuple[Playwright, Browser] | None = None
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]:
     """One real Synapse for the whole session; register unique users per test."""
     global _synapse_users, _synapse_server
+    # Imported here, not at the top: Telegram and Slack tests collect without Synapse's dependencies.
+    from harness.synapse import SynapseServer, synapse_missing_reason
+
     reason = synapse_missing_reason()
     if reason is not None:
         skip_or_fail(reason)

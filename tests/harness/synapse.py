@@ -28,7 +28,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +274,8 @@ class SynapseServer:
                 "synapse --generate-config failed:\n"
                 + "\n".join((result.stdout + result.stderr).splitlines()[-40:])
             )
+        import yaml  # PyYAML comes with matrix-synapse: imported only when a Synapse is started
+
         config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
         signing_key = Path(config["signing_key_path"]).read_text(encoding="utf-8")
         _generated[self._server_name] = (config, signing_key)
@@ -326,6 +327,8 @@ class SynapseServer:
         for key in _RATE_LIMIT_KEYS:
             _set_dotted(config, key, _RATE_LIMIT)
         self._shared_secret = config["registration_shared_secret"]
+        import yaml
+
         self._config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
     def _launch(self) -> None:

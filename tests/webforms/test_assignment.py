@@ -39,10 +39,6 @@ def approval(**extra: Any) -> dict[str, Any]:
             "kind": "approval", "timeout_seconds": 300, **extra}
 
 
-async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
-
-
 async def personal_link(api: Api, request_id: str, principal: str) -> str:
     """A link minted for one person, as a chat connector mints it (its path, /f/<token>)."""
     minted = await api.app[SERVICE].mint_link(tenant_id="acme", request_id=request_id, principal="telegram:bot",
@@ -97,7 +93,7 @@ async def test_assignment_is_part_of_the_request_and_of_its_body(tmp_path: Path)
         assert (status, again["error"]) == (409, "conflict")
         plain = await api.create(approval())
         assert "assign_to" not in plain and "on_behalf_of" not in plain
-        created_entry = (await journal(api, created["id"]))[0]
+        created_entry = (await api.journal(created["id"]))[0]
         assert created_entry["data"]["assign_to"] == ["group:oncall", "carol"]
         assert created_entry["data"]["on_behalf_of"] == "alice"
 
@@ -112,7 +108,7 @@ async def test_an_answer_key_that_is_nobody_cannot_answer_an_assigned_request(tm
                                       json={"unique_id": created["unique_id"], "response": {"decision": "approve"}})
         assert (status, body["error"]) == (403, "not_assigned"), body
         assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
-        refused = [e for e in await journal(api, created["id"]) if e["event"] == "answer_refused"]
+        refused = [e for e in await api.journal(created["id"]) if e["event"] == "answer_refused"]
         assert [(e["principal"], e["data"]["reason"]) for e in refused] == [("operator:op-1", "not_assigned")]
 
 
@@ -133,7 +129,7 @@ async def test_form_links_of_people_not_assigned_are_refused(tmp_path: Path) -> 
         assert (await post(api, bobs, [("decision", "approve")])).status == 200
         done = await api.wait(created["id"])
         assert (done["status"], done["answered_by"], done["answered_via"]) == ("answered", "telegram:77", "telegram")
-        answered = next(e for e in await journal(api, created["id"]) if e["event"] == "answered")
+        answered = next(e for e in await api.journal(created["id"]) if e["event"] == "answered")
         assert answered["data"]["person"] == "bob"
 
 
@@ -217,7 +213,7 @@ async def test_four_eyes_on_the_form(tmp_path: Path) -> None:
         assert page.status == 403, page.text
         assert "on your behalf" in page.text
         assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
-        refused = [e for e in await journal(api, created["id"]) if e["event"] == "answer_refused"]
+        refused = [e for e in await api.journal(created["id"]) if e["event"] == "answer_refused"]
         assert [(e["data"]["reason"], e["data"]["person"]) for e in refused] == [("four_eyes", "alice")]
         # She may still reject what was asked on her behalf.
         rejects = await personal_link(api, created["id"], "telegram:4242")

@@ -7,26 +7,16 @@ token was right. ``Origin`` is now checked when the browser sends one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Api, base_config, running_app, settings_from
+from conftest import Api
 
 from handraise.core.appkeys import SERVICE
-from handraise.webforms.connector import WebFormsChannel
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
 from .html_tools import csrf_of, visible_text
 from .test_http import ask, fetch, mint
-
-
-@pytest.fixture
-async def web(tmp_path: Path) -> AsyncIterator[Api]:
-    async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}")),
-                           connector_classes=[WebFormsChannel]) as api:
-        yield api
 
 
 async def _form(api: Api, schema: dict[str, Any] | None = None) -> tuple[dict[str, Any], str, str]:

@@ -23,10 +23,11 @@ from conftest import (
     READER_KEY,
     Api,
     base_config,
-    running_app,
+    named,
     settings_from,
+    web_app,
 )
-from handraise.core.appkeys import CHANNELS, CONNECTORS, DISPATCHER, SERVICE, STORE
+from handraise.core.appkeys import CHANNELS, CONNECTORS, DISPATCHER, STORE
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError
 from handraise.webforms.connector import WebFormsChannel
@@ -77,23 +78,20 @@ EVERY_FIELD_ANSWER = {
 
 
 def web_settings(storage_url: str, **extra: Any) -> Any:
-    config = base_config(storage_url, **extra)
-    config["tenants"][0]["name"] = TENANT_NAME
-    config["tenants"][0]["keys"][0]["name"] = AGENT_NAME
-    config["tenants"][0]["keys"][1]["name"] = OPERATOR_NAME
-    return settings_from(config)
+    return settings_from(named(base_config(storage_url, **extra), tenant=TENANT_NAME, agent=AGENT_NAME,
+                               operator=OPERATOR_NAME))
 
 
 @pytest.fixture
-async def web(tmp_path: Path) -> AsyncIterator[Api]:
-    async with running_app(web_settings(f"sqlite:///{tmp_path / 'h.db'}"),
-                           connector_classes=[WebFormsChannel]) as api:
+async def web(sqlite_url: str) -> AsyncIterator[Api]:
+    """The web channel's app, with the names the pages show (overrides conftest's ``web``)."""
+    async with web_app(web_settings(sqlite_url)) as api:
         yield api
 
 
 @pytest.fixture
 async def web_any_store(storage_url: str) -> AsyncIterator[Api]:
-    async with running_app(web_settings(storage_url), connector_classes=[WebFormsChannel]) as api:
+    async with web_app(web_settings(storage_url)) as api:
         yield api
 
 
@@ -151,10 +149,6 @@ async def state(api: Api, request_id: str) -> dict[str, Any]:
     return body
 
 
-async def journal(api: Api, request_id: str) -> list[dict[str, Any]]:
-    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
-
-
 # --------------------------------------------------------------------------- minting links
 
 
@@ -181,7 +175,7 @@ async def test_the_token_is_stored_only_as_a_hash_and_the_recipient_is_journaled
     row = await web.app[STORE].get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
     assert row is not None and row["request_id"] == request["id"]
     assert token not in json.dumps(row, default=str)
-    entries = await journal(web, request["id"])
+    entries = await web.journal(request["id"])
     minted = [e for e in entries if e["event"] == "link_minted"]
     assert len(minted) == 1 and minted[0]["data"]["recipient"] == "Alice"
     assert minted[0]["principal"] == "operator:op-1"
@@ -260,7 +254,7 @@ async def test_get_decides_nothing(web: Api) -> None:
     assert (await fetch(web, path + "?answer=yes&handraise%3Acsrf=x")).status == 200
     assert (await state(web, request["id"]))["status"] == "pending"
     # Opening is recorded, once however often the page is fetched (the HITL protocol's "opened").
-    assert [e["event"] for e in await journal(web, request["id"])] == ["created", "link_minted", "opened"]
+    assert [e["event"] for e in await web.journal(request["id"])] == ["created", "link_minted", "opened"]
     assert (await state(web, request["id"]))["opened_at"]
     page = await post(web, path, [(ROOT_NAME, "yes")])
     assert page.status == 200
@@ -330,7 +324,7 @@ async def test_a_wrong_type_is_422_naming_the_field_and_the_link_stays_usable(we
     assert "0000-9" not in page.html
     # Nothing was decided: the request is pending, the attempt journaled, the same link still works.
     assert (await state(web, request["id"]))["status"] == "pending"
-    attempts = [e for e in await journal(web, request["id"]) if e["event"] == "invalid_attempt"]
+    attempts = [e for e in await web.journal(request["id"]) if e["event"] == "invalid_attempt"]
     assert len(attempts) == 1 and attempts[0]["channel"] == "web"
     assert {e["field"] for e in attempts[0]["data"]["errors"]} == {"count", "email"}
     page = await post(web, path, EVERY_FIELD_POST, csrf=csrf_of(page.html))
@@ -346,7 +340,7 @@ async def test_an_empty_one_value_answer_is_422_and_journaled(web: Api) -> None:
     area = one(page.html, "textarea", name=ROOT_NAME)
     assert area.get("aria-invalid") == "true"
     assert by_id(page.html, f"{area.get('id')}-error").text == "Enter an answer."
-    events = [e["event"] for e in await journal(web, request["id"])]
+    events = [e["event"] for e in await web.journal(request["id"])]
     assert events[-1] == "invalid_attempt"
     assert (await post(web, path, [(ROOT_NAME, "fine")])).status == 200
     assert (await web.wait(request["id"]))["response"] == "fine"
@@ -452,7 +446,7 @@ async def test_a_double_submit_from_two_tabs_accepts_exactly_one(web_any_store: 
     result = await api.wait(request["id"])
     winner = "from tab one" if pages[0].status == 200 else "from tab two"
     assert result["response"] == winner
-    answered = [e for e in await journal(api, request["id"]) if e["event"] == "answered"]
+    answered = [e for e in await api.journal(request["id"]) if e["event"] == "answered"]
     assert len(answered) == 1
 
 
@@ -476,7 +470,7 @@ async def test_a_post_without_the_csrf_token_is_403(web: Api) -> None:
 
 async def test_an_oversized_post_is_413(tmp_path: Path) -> None:
     settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}", server={"max_body_bytes": 2048})
-    async with running_app(settings, connector_classes=[WebFormsChannel]) as api:
+    async with web_app(settings) as api:
         request = await ask(api, {"type": "string"})
         path = await mint(api, request["id"])
         csrf = csrf_of((await fetch(api, path)).html)
@@ -521,7 +515,7 @@ async def test_a_sensitive_value_is_masked_never_echoed_and_never_logged(
     assert "Sent" in done.text and "Your answer is private" in done.text
     result = await web.wait(request["id"])
     assert result["response"] == secret
-    assert secret not in json.dumps(await journal(web, request["id"]))
+    assert secret not in json.dumps(await web.journal(request["id"]))
     for record in caplog.records:
         rendered = record.getMessage() + json.dumps(vars(record), default=str)
         assert secret not in rendered and secret_bad not in rendered
@@ -588,7 +582,7 @@ async def test_a_tenants_accent_and_logo_are_served_from_our_origin(tmp_path: Pa
     logo.write_text('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width="10" height="10"/></svg>')
     settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}",
                             web={"tenants": {"acme": {"accent_color": "#ffd400", "logo": str(logo)}}})
-    async with running_app(settings, connector_classes=[WebFormsChannel]) as api:
+    async with web_app(settings) as api:
         request = await ask(api, {"type": "string"})
         page = await fetch(api, await mint(api, request["id"]))
         sheets = [e.get("href") for e in find(page.html, "link", rel="stylesheet")]
@@ -616,7 +610,7 @@ async def test_a_tenants_accent_and_logo_are_served_from_our_origin(tmp_path: Pa
 async def test_looks_of_an_unknown_tenant_stop_the_start(tmp_path: Path) -> None:
     settings = web_settings(f"sqlite:///{tmp_path / 'h.db'}", web={"tenants": {"nope": {"accent_color": "#123456"}}})
     with pytest.raises(ConfigError, match="web.tenants.nope"):
-        async with running_app(settings, connector_classes=[WebFormsChannel]):
+        async with web_app(settings):
             pass
 
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import ClientSession, CookieJar
 
 from conftest import (
@@ -25,22 +24,20 @@ from conftest import (
     READER_KEY,
     Api,
     base_config,
-    running_app,
+    named,
     settings_from,
+    web_app,
 )
 from handraise.core.appkeys import INBOX
 from handraise.core.logs import mask_tokens
-from handraise.webforms.connector import WebFormsChannel
 
 PUBLIC = "http://127.0.0.1:8080"
 
 
 @contextlib.asynccontextmanager
 async def inbox_app(tmp_path: Path, **extra: Any) -> AsyncIterator[Api]:
-    config = base_config(f"sqlite:///{tmp_path / 'inbox.db'}", **extra)
-    config["tenants"][0]["name"] = "Acme Ops"
-    config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
-    async with running_app(settings_from(config), connector_classes=[WebFormsChannel]) as api:
+    config = named(base_config(f"sqlite:///{tmp_path / 'inbox.db'}", **extra), tenant="Acme Ops", agent="Deploy bot")
+    async with web_app(settings_from(config)) as api:
         yield api
 
 
