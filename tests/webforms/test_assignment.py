@@ -148,9 +148,9 @@ async def test_an_operator_mints_a_link_personal_to_an_assigned_person(tmp_path:
         assert (await post(api, path, [("decision", "approve")])).status == 200
         done = await api.wait(created["id"])
         assert (done["answered_by"], done["answered_via"]) == ("person:bob", "web")
-        minted_entry = next(e for e in await journal(api, created["id"]) if e["event"] == "link_minted")
+        minted_entry = next(e for e in await api.journal(created["id"]) if e["event"] == "link_minted")
         assert (minted_entry["data"]["for"], minted_entry["data"]["recipient"]) == ("person:bob", "bob")
-        answered = next(e for e in await journal(api, created["id"]) if e["event"] == "answered")
+        answered = next(e for e in await api.journal(created["id"]) if e["event"] == "answered")
         assert answered["data"]["person"] == "bob"
         # Late: the request is answered, no link is minted for anyone.
         status, body = await _person_link(api, created["id"], {"person": "alice"})
@@ -173,7 +173,7 @@ async def test_a_personal_link_for_someone_who_may_not_answer_is_refused(tmp_pat
         status, data = await _person_link(api, created["id"], body)
         assert status == 422 and data["error"] == "validation_error", data
         assert any(message in f["message"] for f in data["details"]["fields"]), data
-        assert [e for e in await journal(api, created["id"]) if e["event"] == "link_minted"] == []
+        assert [e for e in await api.journal(created["id"]) if e["event"] == "link_minted"] == []
 
 
 async def test_another_tenants_operator_mints_nothing_for_this_tenants_request(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ async def test_a_personal_link_without_assignment_is_anyones_person(tmp_path: Pa
         created = await api.create(approval())
         status, minted = await _person_link(api, created["id"], {"person": "carol", "recipient": "Carol at home"})
         assert status == 201
-        entry = next(e for e in await journal(api, created["id"]) if e["event"] == "link_minted")
+        entry = next(e for e in await api.journal(created["id"]) if e["event"] == "link_minted")
         assert (entry["data"]["for"], entry["data"]["recipient"]) == ("person:carol", "Carol at home")
 
 
