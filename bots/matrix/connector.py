@@ -8,7 +8,8 @@ import asyncio
 import hashlib
 import time
 import urllib.parse
-from typing import Any
+from collections import OrderedDict
+from typing import Any, ClassVar
 
 import aiohttp
 from nio import AsyncClient, AsyncClientConfig, JoinResponse, RoomGetEventResponse, RoomGetStateResponse
@@ -103,6 +104,12 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
             return [f"cannot reach {settings.homeserver} ({type(e).__name__}); check [matrix] homeserver"]
 
     settings_model = MatrixSettings
+    # How long an answer to a message the bot has just posted waits for it to be recorded as a card:
+    # the delivering instance records it right after the homeserver accepts it, and a quick 👍 can
+    # reach the sync loop in between.
+    card_record_wait_seconds: ClassVar[float] = 5.0
+    # The bot's own messages seen in the sync loop that may be cards still being recorded, at most.
+    _RECENT_OWN_LIMIT = 1000
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -113,6 +120,8 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         self._client: AsyncClient | None = None
         self._connected = False
         self._connect_lock = asyncio.Lock()
+        # (room, event) -> when the sync loop saw the bot post it: the messages a lookup may wait for.
+        self._recent_own: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -274,6 +283,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
 
     async def _handle_event(self, room_id: str, source: dict[str, Any]) -> None:
         if source.get("sender") == self.settings.user_id:
+            self._note_own(room_id, source)
             return
         event_type = source.get("type")
         if event_type == "m.room.encryption":
@@ -339,7 +349,33 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
             return
         await self._answer(room_id, source, tenant_id=found[0], request_id=found[1], card_id=card_id, vote=vote)
 
+    def _note_own(self, room_id: str, source: dict[str, Any]) -> None:
+        """Remember a message the bot posted that may be a card (one with no relation to another)."""
+        content = source.get("content")
+        if (source.get("type") == "m.room.message" and isinstance(content, dict) and "m.relates_to" not in content
+                and isinstance(source.get("event_id"), str)):
+            self._recent_own[(room_id, source["event_id"])] = time.monotonic()
+            while len(self._recent_own) > self._RECENT_OWN_LIMIT:
+                self._recent_own.popitem(last=False)
+
     async def _lookup(self, room_id: str, event_id: str) -> tuple[str, str] | None:
+        """(tenant, request) of the card ``event_id`` in ``room_id``, or None.
+
+        A message the bot posted a moment ago may not be recorded as a card yet: its lookup is tried
+        again for a few seconds, once (a reply to one of the bot's notices waits once, then never)."""
+        found = await self._find_card(room_id, event_id)
+        seen = self._recent_own.pop((room_id, event_id), None)
+        if found is not None or seen is None:
+            return found
+        deadline = seen + self.card_record_wait_seconds
+        pause = 0.05
+        while found is None and time.monotonic() < deadline:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            found = await self._find_card(room_id, event_id)
+        return found
+
+    async def _find_card(self, room_id: str, event_id: str) -> tuple[str, str] | None:
         found = await self.service.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
         if found is None:
             return None

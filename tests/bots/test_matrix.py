@@ -703,3 +703,33 @@ async def test_a_leader_whose_sync_fails_lets_another_instance_lead_during_its_b
         card = await human.expect(room, is_card(bot, "Who leads now?"), what="the card")
         await human.reply(room, card, "the second")
         assert (await second.wait(request["id"], timeout=30))["response"] == "the second"
+
+
+async def test_a_reaction_faster_than_the_cards_record_still_answers(world: World) -> None:
+    """The homeserver has the card, the store not yet: a 👍 the sync loop reads in between is not lost."""
+    human, room, bot = world.human, world.room_id, world.bot_id
+    async with running_app(world.settings(sync_timeout_ms=1000), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        service = api.app[SERVICE]
+        recorded, missed = asyncio.Event(), asyncio.Event()
+        remember, lookup = service.remember_message, service.lookup_message
+
+        async def remember_late(**kwargs: Any) -> Any:
+            await recorded.wait()
+            return await remember(**kwargs)
+
+        async def lookup_noting(**kwargs: Any) -> Any:
+            found = await lookup(**kwargs)
+            if found is None:
+                missed.set()
+            return found
+
+        service.remember_message = remember_late  # type: ignore[method-assign]
+        service.lookup_message = lookup_noting  # type: ignore[method-assign]
+        request = await api.create(request_body("Ship it?", schema={"type": "boolean"}))
+        card = await human.expect(room, is_card(bot, "Ship it?"), what="the card")
+        await human.react(room, card["event_id"], THUMBS_UP)
+        await asyncio.wait_for(missed.wait(), timeout=30)  # looked for before it was recorded
+        recorded.set()
+        done = await api.wait(request["id"], timeout=30)
+        assert (done["status"], done["response"]) == ("answered", True)
