@@ -6,8 +6,31 @@ goes through the lifecycle service.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Column, Float, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
+
+
+# Each column needs a Column of its own (SQLAlchemy binds it to one table): these make a fresh one each time.
+def seconds() -> Any:
+    """A time that is always set: UTC epoch seconds."""
+    return Field(sa_column=Column(Float, nullable=False))
+
+
+def seconds_or_none() -> Any:
+    """A time that may not have come yet (None until then)."""
+    return Field(default=None, sa_column=Column(Float, nullable=True))
+
+
+def long_text() -> Any:
+    """Text of any length (a question, JSON), always set."""
+    return Field(sa_column=Column(Text, nullable=False))
+
+
+def long_text_or_none() -> Any:
+    """Text of any length, or None."""
+    return Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class RequestRow(SQLModel, table=True):
@@ -37,49 +60,49 @@ class RequestRow(SQLModel, table=True):
     unique_id: str = Field(max_length=200)
     # sha256 of the canonical create body: same body → idempotent retry.
     body_sha256: str = Field(max_length=64)
-    message_for_user: str = Field(sa_column=Column(Text, nullable=False))
-    form_schema_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    message_for_user: str = long_text()
+    form_schema_json: str | None = long_text_or_none()
     kind: str = Field(max_length=16)
     sensitive: bool = False
     run_id: str | None = Field(default=None, max_length=200)
-    channels_json: str = Field(sa_column=Column(Text, nullable=False))
+    channels_json: str = long_text()
     status: str = Field(max_length=16)
     created_by: str = Field(max_length=200)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    expires_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
+    expires_at: float = seconds()
     # A non-sensitive answer in canonical JSON; a sensitive one is never here (response_sealed).
-    response_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    response_json: str | None = long_text_or_none()
     # Keyed, per-request digest of the canonical answer (core/sealing.py); the journal keeps the same.
     response_digest: str | None = Field(default=None, max_length=64)
     # A sensitive answer sealed under its own key, and that key wrapped under the server secret's;
     # both are deleted together once the agent has the answer (crypto-shredding).
-    response_sealed: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    response_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    response_sealed: str | None = long_text_or_none()
+    response_key: str | None = long_text_or_none()
     # When the sealed answer was first handed to the agent: kept for its next call until the grace ends.
-    response_delivered_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    response_delivered_at: float | None = seconds_or_none()
     # Set once a sensitive response was handed to the agent and deleted.
     response_purged: bool = False
     resolved_by: str | None = Field(default=None, max_length=300)
     resolved_via: str | None = Field(default=None, max_length=32)
-    resolved_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    resolved_at: float | None = seconds_or_none()
     # When a person first opened the request's hosted form, and first tried to answer (a refused
     # attempt): the HITL protocol's ``opened`` and ``in_progress`` (migration 0006).
-    opened_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
-    interacted_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    opened_at: float | None = seconds_or_none()
+    interacted_at: float | None = seconds_or_none()
     # What the deadline does, JSON: null for "expire", "reject", or {"default": <answer>} (migration 0007).
-    on_timeout_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    on_timeout_json: str | None = long_text_or_none()
     # Where the result is POSTed once terminal (core/callbacks.py; migration 0007).
-    callback_url: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    callback_url: str | None = long_text_or_none()
     # An approval's proposal and the schema its edits are checked against, JSON (core/proposals.py; migration 0010).
-    proposal_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    proposal_schema_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    proposal_json: str | None = long_text_or_none()
+    proposal_schema_json: str | None = long_text_or_none()
     # Who may answer: people and ``group:`` names as the agent gave them (JSON), or NULL: anyone allowed.
-    assign_to_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    assign_to_json: str | None = long_text_or_none()
     # The person the agent acts for: they may never approve this request (four eyes).
     on_behalf_of: str | None = Field(default=None, max_length=64)
     # Escalation steps and reminders with the times reached (core/schedule.py), and when the next is due.
-    schedule_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    next_due_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    schedule_json: str | None = long_text_or_none()
+    next_due_at: float | None = seconds_or_none()
 
 
 class JournalRow(SQLModel, table=True):
@@ -100,8 +123,8 @@ class JournalRow(SQLModel, table=True):
     event: str = Field(max_length=32)
     principal: str | None = Field(default=None, max_length=300)
     channel: str | None = Field(default=None, max_length=32)
-    data_json: str = Field(sa_column=Column(Text, nullable=False))
-    at: float = Field(sa_column=Column(Float, nullable=False))
+    data_json: str = long_text()
+    at: float = seconds()
     prev_hash: str = Field(max_length=64)
     hash: str = Field(max_length=64)
 
@@ -132,12 +155,12 @@ class DeliveryRow(SQLModel, table=True):
     # | bounced (a mail the recipient's server returned later)
     status: str = Field(max_length=16)
     attempts: int = 0
-    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    last_error: str | None = long_text_or_none()
     # The messenger's handle on what was posted (chat and message ids), JSON.
-    ref_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    updated_at: float = Field(sa_column=Column(Float, nullable=False))
-    reminded_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    ref_json: str | None = long_text_or_none()
+    created_at: float = seconds()
+    updated_at: float = seconds()
+    reminded_at: float | None = seconds_or_none()
 
 
 class LinkRow(SQLModel, table=True):
@@ -151,8 +174,8 @@ class LinkRow(SQLModel, table=True):
     token_sha256: str = Field(max_length=64, unique=True)
     recipient: str | None = Field(default=None, max_length=200)
     created_by: str = Field(max_length=300)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    used_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    created_at: float = seconds()
+    used_at: float | None = seconds_or_none()
     # The person the link was minted for (``telegram:42``): only they answer through it, as themselves.
     principal: str | None = Field(default=None, max_length=300)
 
@@ -164,8 +187,8 @@ class ApiKeyRow(SQLModel, table=True):
     tenant_id: str = Field(max_length=64)
     key_sha256: str = Field(max_length=64, unique=True)
     scopes: str = Field(max_length=200)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    revoked_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    created_at: float = seconds()
+    revoked_at: float | None = seconds_or_none()
 
 
 class AnnotationRow(SQLModel, table=True):
@@ -186,12 +209,12 @@ class AnnotationRow(SQLModel, table=True):
     node_id: str | None = Field(default=None, max_length=200)
     kind: str = Field(max_length=16)
     rating: int | None = None
-    label: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    correction: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    note: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    label: str | None = long_text_or_none()
+    correction: str | None = long_text_or_none()
+    note: str | None = long_text_or_none()
     principal: str = Field(max_length=300)
     supersedes: str | None = Field(default=None, max_length=64)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
 
 
 class RunRow(SQLModel, table=True):
@@ -211,14 +234,14 @@ class RunRow(SQLModel, table=True):
     name: str | None = Field(default=None, max_length=200)
     workflow_id: str | None = Field(default=None, max_length=200)
     # The registration's inputs (canonical JSON, free text redacted) and the body's sha256 (idempotent retries).
-    inputs_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    inputs_json: str | None = long_text_or_none()
     body_sha256: str | None = Field(default=None, max_length=64)
     created_by: str = Field(max_length=300)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    updated_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
+    updated_at: float = seconds()
     completed_by: str | None = Field(default=None, max_length=300)
-    completed_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
-    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    completed_at: float | None = seconds_or_none()
+    reason: str | None = long_text_or_none()
 
 
 class ChatActionRow(SQLModel, table=True):
@@ -231,8 +254,8 @@ class ChatActionRow(SQLModel, table=True):
     tenant_id: str = Field(max_length=64)
     request_id: str = Field(max_length=64)
     channel: str = Field(max_length=32)
-    value_json: str = Field(sa_column=Column(Text, nullable=False))
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    value_json: str = long_text()
+    created_at: float = seconds()
 
 
 class MessageRefRow(SQLModel, table=True):
@@ -245,7 +268,7 @@ class MessageRefRow(SQLModel, table=True):
     message_key: str = Field(primary_key=True, max_length=300)
     tenant_id: str = Field(max_length=64)
     request_id: str = Field(max_length=64, index=True)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
 
 
 class StateRow(SQLModel, table=True):
@@ -260,8 +283,8 @@ class StateRow(SQLModel, table=True):
 
     namespace: str = Field(primary_key=True, max_length=64)
     key: str = Field(primary_key=True, max_length=200)
-    value: str = Field(sa_column=Column(Text, nullable=False))
-    updated_at: float = Field(sa_column=Column(Float, nullable=False))
+    value: str = long_text()
+    updated_at: float = seconds()
     request_id: str | None = Field(default=None, max_length=64)
 
 
@@ -278,9 +301,9 @@ class InboxSigninRow(SQLModel, table=True):
     # What the session may do, comma-separated: answer, read, and annotate when the minter had it.
     scopes: str = Field(max_length=200)
     created_by: str = Field(max_length=300)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    expires_at: float = Field(sa_column=Column(Float, nullable=False))
-    used_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    created_at: float = seconds()
+    expires_at: float = seconds()
+    used_at: float | None = seconds_or_none()
 
 
 class InboxSessionRow(SQLModel, table=True):
@@ -294,11 +317,11 @@ class InboxSessionRow(SQLModel, table=True):
     token_sha256: str = Field(max_length=64, unique=True)
     signin_id: str = Field(max_length=64)
     scopes: str = Field(max_length=200)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
-    last_seen_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
+    last_seen_at: float = seconds()
     # Absolute end; the idle end is last_seen_at plus the configured idle time.
-    expires_at: float = Field(sa_column=Column(Float, nullable=False))
-    ended_at: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    expires_at: float = seconds()
+    ended_at: float | None = seconds_or_none()
 
 
 class HitlCaseRow(SQLModel, table=True):
@@ -313,4 +336,4 @@ class HitlCaseRow(SQLModel, table=True):
     review_type: str = Field(max_length=16)
     # What the agent declared it will do on expiry (skip | reject | abort): echoed, never acted on.
     default_action: str = Field(max_length=16)
-    created_at: float = Field(sa_column=Column(Float, nullable=False))
+    created_at: float = seconds()
