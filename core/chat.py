@@ -170,23 +170,26 @@ class ChatConnector(Connector[RoutedT]):
         return route is not None and user_id in route.allowed()
 
     def targets_for(self, request: RequestView) -> list[str]:
-        """The tenant's places and, for an assigned request, the assigned people this channel reaches
-        directly (``direct_target``), as ``assigned_delivery`` says: ``room_and_direct`` (default where a
-        connector has the setting), ``direct`` (the room only when nobody assigned is reachable), ``room``."""
+        """The tenant's places and the people this channel reaches directly (``direct_target``): those an
+        assigned request names, and those of the escalation steps it reached (core/escalation.py), as
+        ``assigned_delivery`` says: ``room_and_direct`` (default where a connector has the setting),
+        ``direct`` (an assigned request's room only when nobody of it is reachable), ``room``."""
         places = self.targets(request.tenant_id)
         mode = getattr(self.settings, "assigned_delivery", "room")
-        if request.assign_to is None or mode == "room":
+        people = self.people_reached(request)
+        if not people or mode == "room":
             return places
-        direct = self._direct(request.tenant_id, expand(self.app_settings, request.tenant_id, request.assign_to).people)
-        if mode == "direct" and direct:
+        direct = self._direct(request.tenant_id, people)
+        if mode == "direct" and direct and request.assign_to is not None:
             return direct
         return places + [t for t in direct if t not in places]
 
-    def reach(self, request: RequestView, person_ids: list[str]) -> list[str]:
-        """These people's DMs, unless ``assigned_delivery = "room"`` keeps this connector to its rooms."""
-        if getattr(self.settings, "assigned_delivery", "room") == "room":
-            return []
-        return self._direct(request.tenant_id, person_ids)
+    def people_reached(self, request: RequestView) -> list[str]:
+        """The people a request is meant to reach directly: its assignment (grown by any escalation step
+        reached), or for an unassigned one the people of the steps it reached."""
+        refs = request.assign_to if request.assign_to is not None else (
+            request.schedule.reached_refs() if request.schedule is not None else [])
+        return list(expand(self.app_settings, request.tenant_id, refs).people) if refs else []
 
     def _direct(self, tenant_id: str, person_ids: tuple[str, ...] | list[str]) -> list[str]:
         route = self.settings.tenants.get(tenant_id)

@@ -35,11 +35,6 @@ class Connector(Channel[SettingsT]):
         the people a request is assigned to directly (a DM), those too (``ChatConnector``)."""
         return self.targets(request.tenant_id)
 
-    def reach(self, request: RequestView, person_ids: list[str]) -> list[str]:
-        """Where this connector reaches these people of the request's tenant directly (their DMs, their
-        addresses), for an escalation step; default: nowhere of its own."""
-        return []
-
     def may_answer(self, tenant_id: str, user_id: str) -> bool:
         """Whether a messenger user may answer this tenant's requests (the allowlist)."""
         return False

@@ -112,7 +112,8 @@ class Dispatcher:
         if ev.type == REQUEST_CREATED:
             self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
         elif ev.type == REQUEST_SCHEDULED:
-            self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id, people=ev.data.get("people", []),
+            self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id,
+                                                      reached=bool(ev.data.get("reached")),
                                                       remind=bool(ev.data.get("remind"))))
         elif ev.type == REQUEST_RESOLVED:
             if ev.data.get("callback_host"):
@@ -357,9 +358,10 @@ class Dispatcher:
 
     # -- escalation steps and scheduled reminders (core/escalation.py) ---------
 
-    async def _scheduled(self, tenant_id: str, request_id: str, *, people: list[str], remind: bool) -> None:
-        """The sweeper reached steps of this request (their ``people``) or a reminder: reach the people and
-        places it now has and had no delivery for, or ping every place it was posted."""
+    async def _scheduled(self, tenant_id: str, request_id: str, *, reached: bool, remind: bool) -> None:
+        """The sweeper reached escalation steps of this request or a reminder: post it where it now goes
+        (its steps' people and channels: ``targets_for``) and had no delivery yet, or ping every place it
+        was posted. What a crash cuts short here, the recovery pass delivers (the same targets)."""
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
@@ -367,14 +369,13 @@ class Dispatcher:
         if view.terminal:
             return
         rows = await self.service.store.deliveries_for(tenant_id, request_id)
-        if people:
+        if reached:
             had = {(r["channel"], r["target"]) for r in rows}
             for channel in view.channels:
                 connector = self.connectors.get(channel)
                 if connector is None:
                     continue
-                targets = connector.targets_for(view) + connector.reach(view, people)
-                for target in dict.fromkeys(targets):
+                for target in connector.targets_for(view):
                     if (channel, target) in had:
                         continue
                     delivery_id = await self.service.store.upsert_delivery(

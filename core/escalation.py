@@ -5,7 +5,8 @@ groups of the tenant, channels that serve it. Run by the sweeper with the servic
 (:meth:`Escalator.run_due`): every step due is reached in one compare-and-set with the request still
 pending, so exactly one instance reaches it. Reaching a step widens who may answer (an assignment grows
 by the step's people) and where it is posted (the step's channels), journals ``escalated``, and tells
-this instance's dispatcher, which reaches the new people and places (``request.scheduled``).
+this instance's dispatcher, which reaches the new people and places (``request.scheduled``); the
+connectors' ``targets_for`` includes them from then on, so the recovery pass delivers what a crash cut short.
 """
 
 from __future__ import annotations
@@ -91,7 +92,6 @@ class Escalator:
         values = {"schedule_json": step.schedule.to_json(), "next_due_at": step.schedule.next_due_at(),
                   "assign_to_json": json.dumps(assign_to) if assign_to is not None else None,
                   "channels_json": json.dumps(channels)}
-        people: list[str] = []
         seq = 0
         async with store.transaction() as conn:
             if not await store.schedule.advance(conn, request_id=request_id, tenant_id=tenant_id,
@@ -100,7 +100,6 @@ class Escalator:
             for i in step.reached:
                 reached = step.schedule.steps[i]
                 found = expand(service.settings, tenant_id, reached.to).people
-                people += [p for p in found if p not in people]
                 entry = await store.append_journal(
                     conn, tenant_id=tenant_id, event="escalated", request_id=request_id, run_id=view.run_id,
                     at=now, data={"step": i + 1, "after_seconds": reached.after_seconds, "to": list(reached.to),
@@ -114,6 +113,6 @@ class Escalator:
         log.info("schedule advanced", extra={"request_id": request_id, "steps": [i + 1 for i in step.reached],
                                              "remind": step.remind})
         service.bus.publish(Event(REQUEST_SCHEDULED, tenant_id, request_id,
-                                  {"reached": [i + 1 for i in step.reached], "people": people,
-                                   "remind": step.remind}, view.run_id, seq=seq))
+                                  {"reached": [i + 1 for i in step.reached], "remind": step.remind},
+                                  view.run_id, seq=seq))
         return True

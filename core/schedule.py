@@ -207,6 +207,10 @@ class Schedule:
         after = replace(self, steps=tuple(steps), reminders=tuple(reminders))
         return Advance(after, tuple(reached), remind=pings > 0 and not reached)
 
+    def reached_refs(self) -> list[str]:
+        """The people and groups of every step reached so far, in order, each once."""
+        return list(dict.fromkeys(ref for s in self.steps if s.reached_at is not None for ref in s.to))
+
     def widen(self, *, assign_to: list[str] | None, channels: list[str],
               reached: Iterable[int]) -> tuple[list[str] | None, list[str]]:
         """Who may answer and where it is posted once these steps are reached: an assignment grows by

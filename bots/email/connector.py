@@ -36,7 +36,6 @@ from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender, must_not_stay
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.outcomes import AnswerOutcome
-from handraise.core.people import expand
 
 CHANNEL = "email"
 LEADER = "email-imap"
@@ -116,15 +115,13 @@ class EmailConnector(ChatConnector[EmailSettings]):
     # -- routing -----------------------------------------------------------------------
 
     def targets_for(self, request: RequestView) -> list[str]:
-        """Every recipient; for an assigned request only the assigned people's addresses among them: a mail
-        is personal (its link and reply answer as that address), so nobody else needs one."""
+        """Every recipient; for an assigned request only the assigned people's addresses among them (an
+        escalation step it reached adds its people's): a mail is personal (its link and reply answer as
+        that address), so nobody else needs one."""
         if request.assign_to is None:
             return self.targets(request.tenant_id)
-        return self.reach(request, list(expand(self.app_settings, request.tenant_id, request.assign_to).people))
-
-    def reach(self, request: RequestView, person_ids: list[str]) -> list[str]:
-        # A person's address is their own place; only recipients of this tenant may answer by mail.
-        return self._direct(request.tenant_id, person_ids)
+        # Only recipients of this tenant may answer by mail: a person's address counts when it is one.
+        return self._direct(request.tenant_id, self.people_reached(request))
 
     def direct_target(self, user_id: str) -> str | None:
         return user_id

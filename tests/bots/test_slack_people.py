@@ -169,3 +169,26 @@ async def test_scheduled_reminders_ping_every_place_it_was_posted_once_each(tmp_
         journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
         assert [e["event"] for e in journal].count("reminded") == 4
         assert [e["event"] for e in journal].count("reminder_due") == 2
+
+
+async def test_a_step_whose_notice_was_lost_is_delivered_by_the_recovery_pass(tmp_path: Path, fake: FakeSlack) -> None:
+    """The instance that reached the step stopped before its dispatcher acted: the step's people are in the
+    request's targets from then on, so recovery (on any instance) reaches them."""
+    import time
+
+    from handraise.core.events import REQUEST_SCHEDULED
+
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("esc-lost", kind="approval", timeout_seconds=900,
+                                            escalation=[{"after_seconds": 300, "to": ["bob"]}]))
+        await posted_message(fake, req)
+        service, dispatcher = api.app[SERVICE], api.app[DISPATCHER]
+        publish = service.bus.publish
+        service.bus.publish = lambda ev: None if ev.type == REQUEST_SCHEDULED else publish(ev)
+        await _at(api, 301)
+        service.bus.publish = publish
+        assert [t for t, _ in await deliveries(api, req["id"])] == [ACME_CHANNEL]
+        service.clock = lambda: time.time() + 301
+        assert await dispatcher.recover() == 1
+        await posted_message(fake, req, channel=BOB)
+        assert [t for t, _ in await deliveries(api, req["id"])] == sorted([ACME_CHANNEL, BOB])
