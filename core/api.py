@@ -134,6 +134,13 @@ class CreateRequestBody(BaseModel):
     def reminder_schedule(self) -> list[int] | None:
         return self.reminders if self.reminders is not None else (
             [self.remind_after_seconds] if self.remind_after_seconds is not None else None)
+    # Quorum (core/quorum.py): N distinct people must approve; what rejects it.
+    approvals_required: Annotated[int | None, BeforeValidator(_integral)] = Field(
+        default=None, ge=1, le=50, description="Approvals only: this many distinct people must approve "
+                                               "(one person counts once, whatever channels they use)")
+    reject_policy: Literal["any", "quorum"] | None = Field(
+        default=None, description='With approvals_required: "any" (default) — one rejection rejects; "quorum" — '
+                                  "it takes as many rejections as approvals, and the first side to get there decides")
 
     def canonical_body(self, *, timeout_seconds: int) -> dict[str, Any]:
         """What makes two creates 'the same body': every field, defaults filled in."""
@@ -156,6 +163,8 @@ class CreateRequestBody(BaseModel):
             **({"escalation": [s.model_dump(exclude_none=True) for s in self.escalation]}
                if self.escalation is not None else {}),
             **({"reminders": reminders} if (reminders := self.reminder_schedule()) is not None else {}),
+            **({"approvals_required": self.approvals_required} if self.approvals_required is not None else {}),
+            **({"reject_policy": self.reject_policy} if self.reject_policy is not None else {}),
         }
 
 
@@ -264,6 +273,12 @@ class RequestView:
     on_behalf_of: str | None = None
     # Escalation steps and reminders, and how far the clock took them (core/schedule.py).
     schedule: Schedule | None = None
+    # Quorum (core/quorum.py): N distinct people must approve, what rejects it, and the votes so far
+    # (each {"person", "name", "decision", "reason"?, "channel", "principal", "at"}, in the order cast).
+    approvals_required: int | None = None
+    reject_policy: str | None = None
+    votes: list[dict[str, Any]] = field(default_factory=list)
+    votes_version: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -300,6 +315,9 @@ class RequestView:
             assign_to=json.loads(row["assign_to_json"]) if row.get("assign_to_json") else None,
             on_behalf_of=row.get("on_behalf_of"),
             schedule=Schedule.from_json(row.get("schedule_json"), created_at=row["created_at"]),
+            approvals_required=row.get("approvals_required"), reject_policy=row.get("reject_policy"),
+            votes=json.loads(row["votes_json"]) if row.get("votes_json") else [],
+            votes_version=row.get("votes_version") or 0,
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -327,6 +345,10 @@ class RequestView:
             out["on_behalf_of"] = self.on_behalf_of
         if self.schedule is not None:
             out.update(schedule_json(self.schedule))
+        if self.approvals_required is not None:
+            out["approvals_required"] = self.approvals_required
+            out["reject_policy"] = self.reject_policy or "any"
+            out["votes"] = [vote_json(v) for v in self.votes]
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
             out["answered_at"] = iso(self.resolved_at)
@@ -361,6 +383,11 @@ def schedule_json(schedule: Schedule) -> dict[str, Any]:
         out["reminders"] = [{"after_seconds": r.after_seconds, "sent_at": iso(r.sent_at)}
                             for r in schedule.reminders]
     return out
+
+
+def vote_json(vote: dict[str, Any]) -> dict[str, Any]:
+    """A stored vote as the API shows it: its time in ISO 8601."""
+    return {**vote, "at": iso(vote["at"])}
 
 
 @dataclass(frozen=True)
@@ -415,6 +442,20 @@ class DeliveryRecord(BaseModel):
     updated_at: datetime | None = None
 
 
+class VoteRecord(BaseModel):
+    """One person's vote on a quorum request (``votes`` of a request, and of its answer)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    person: str = Field(description="The person's id (one person counts once, whatever channel they used)")
+    name: str = Field(description="The person's name as configured")
+    decision: Literal["approve", "reject"]
+    reason: str | None = None
+    channel: str = Field(description="The channel the vote came through (telegram, slack, web, inbox, api ...)")
+    principal: str = Field(description="Who acted on that channel (telegram:<id>, operator:<name> ...)")
+    at: datetime
+
+
 class RequestRecord(BaseModel):
     """A request as the API returns it (``RequestView.to_json``)."""
 
@@ -435,6 +476,12 @@ class RequestRecord(BaseModel):
         default=None, description="Escalation steps, each with reached and reached_at once the clock reached it")
     reminders: list[dict[str, Any]] | None = Field(
         default=None, description="Scheduled reminders, each with sent_at once sent")
+    approvals_required: int | None = Field(
+        default=None, description="This many distinct people must approve (quorum); absent: one answer decides")
+    reject_policy: Literal["any", "quorum"] | None = Field(
+        default=None, description='With approvals_required: "any" rejection rejects, or a "quorum" of rejections')
+    votes: list[VoteRecord] | None = Field(
+        default=None, description="With approvals_required: the votes cast so far, in order")
     created_at: datetime
     expires_at: datetime
     response: Any = None

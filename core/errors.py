@@ -17,7 +17,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
     │   ├── UniqueIdReusedError (409 unique_id_reused)
     │   ├── AlreadyAnsweredError (409 already_answered)
-    │   └── NotPendingError (409 not_pending)        cancel of a terminal request
+    │   ├── NotPendingError (409 not_pending)        cancel of a terminal request
+    │   └── AlreadyVotedError (409 already_voted)    a person's other vote on a quorum request
     ├── GoneError (410 gone)
     │   ├── ExpiredError (410 expired)
     │   ├── RequestCancelledError (410 cancelled)
@@ -125,6 +126,10 @@ class AlreadyAnsweredError(ConflictError):
 
 class NotPendingError(ConflictError):
     code = "not_pending"
+
+
+class AlreadyVotedError(ConflictError):
+    code = "already_voted"
 
 
 class GoneError(HandraiseError):

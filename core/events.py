@@ -33,6 +33,8 @@ REQUEST_PROGRESS = "request.progress"
 # Internal: the clock reached a request's escalation step(s) or a reminder (core/escalation.py); the
 # dispatcher of the instance that reached it reaches the people and pings the places.
 REQUEST_SCHEDULED = "request.scheduled"
+# A person voted on a quorum request (core/quorum.py): the request with its votes so far.
+REQUEST_VOTED = "request.voted"
 
 # Rebuilds an event's data from the store when it arrives from another instance:
 # (tenant_id, object id) -> data, or None when the object is gone.
@@ -152,7 +154,8 @@ class EventBus:
 
 
 # Journal entries that are events: the entry's event name -> the event type.
-JOURNAL_EVENTS = {"created": REQUEST_CREATED, "answered": REQUEST_RESOLVED, "expired": REQUEST_RESOLVED,
+JOURNAL_EVENTS = {"created": REQUEST_CREATED, "voted": REQUEST_VOTED, "answered": REQUEST_RESOLVED,
+                  "expired": REQUEST_RESOLVED,
                   "cancelled": REQUEST_RESOLVED, "annotation_recorded": RUN_ANNOTATED}
 
 

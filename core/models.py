@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, Float, Index, Text, UniqueConstraint, text
+from sqlalchemy import Column, Float, Index, Integer, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -103,6 +103,13 @@ class RequestRow(SQLModel, table=True):
     # Escalation steps and reminders with the times reached (core/schedule.py), and when the next is due.
     schedule_json: str | None = long_text_or_none()
     next_due_at: float | None = seconds_or_none()
+    # Quorum (core/quorum.py; migration 0014): N distinct people must approve; "any" rejection rejects, or
+    # "quorum": N rejections do. NULL: one answer decides, as for any request.
+    approvals_required: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    reject_policy: str | None = Field(default=None, max_length=16)
+    # The votes cast so far (JSON list), and the counter each vote's compare-and-set increments.
+    votes_json: str | None = long_text_or_none()
+    votes_version: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
 
 
 class JournalRow(SQLModel, table=True):

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from handraise.core import callbacks, defaults, escalation, proposals, timeouts
+from handraise.core import callbacks, defaults, escalation, proposals, quorum, timeouts
 from handraise.core.api import (
     TIMEOUT_CHANNEL,
     CreateRequestBody,
@@ -49,7 +49,7 @@ from handraise.core.errors import (
     UniqueIdReusedError,
     ValidationFailedError,
 )
-from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, Event, EventBus
+from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
 from handraise.core.people import is_assigned, is_own_approval, link_principal, person_of, routing_problems
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop
@@ -96,9 +96,12 @@ class RequestService:
         bus.register_loader(REQUEST_CREATED, self._load_event_data)
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.register_loader(REQUEST_PROGRESS, self._load_event_data)
+        bus.register_loader(REQUEST_VOTED, self._load_event_data)
         bus.add_listener(self._wake_on_event)
         # Escalation steps and reminders, moved on by the sweeper (core/escalation.py).
         self.escalations = escalation.Escalator(self)
+        # Quorum requests are decided by votes (core/quorum.py).
+        self.voting = quorum.Voting(self)
 
     # -- create ----------------------------------------------------------------
 
@@ -150,6 +153,10 @@ class RequestService:
         channels = list(dict.fromkeys(channels))
         problems = routing_problems(self.settings, tenant_id, kind=body.kind, assign_to=body.assign_to,
                                     on_behalf_of=body.on_behalf_of)
+        problems += quorum.create_problems(self.settings, tenant_id, kind=body.kind, sensitive=body.sensitive,
+                                           approvals_required=body.approvals_required,
+                                           reject_policy=body.reject_policy, assign_to=body.assign_to,
+                                           on_behalf_of=body.on_behalf_of)
         if problems:
             raise ValidationFailedError("; ".join(f"{p['field']}: {p['message']}" for p in problems), fields=problems)
         body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()
@@ -171,6 +178,8 @@ class RequestService:
             "assign_to_json": json.dumps(body.assign_to) if body.assign_to is not None else None,
             "on_behalf_of": body.on_behalf_of,
             **escalation.columns(schedule),
+            "approvals_required": body.approvals_required,
+            "reject_policy": (body.reject_policy or quorum.ANY) if body.approvals_required is not None else None,
         }
         journal = {"tenant_id": tenant_id, "event": "created", "request_id": row["id"], "run_id": body.run_id,
                    "principal": principal, "at": now, "data": {
@@ -182,7 +191,9 @@ class RequestService:
                        **({"proposal": body.proposal, "proposal_schema": proposal_schema} if proposal_schema else {}),
                        **({"assign_to": body.assign_to} if body.assign_to is not None else {}),
                        **({"on_behalf_of": body.on_behalf_of} if body.on_behalf_of is not None else {}),
-                       **(json.loads(schedule.to_json()) if schedule is not None else {})}}
+                       **(json.loads(schedule.to_json()) if schedule is not None else {}),
+                       **({"approvals_required": body.approvals_required, "reject_policy": row["reject_policy"]}
+                          if body.approvals_required is not None else {})}}
         async with self.store.transaction() as conn:
             entry = await self.store.create_request(conn, row, journal=journal, notify={
                 "type": REQUEST_CREATED, "tenant_id": tenant_id, "id": row["id"], "run_id": body.run_id,
@@ -199,7 +210,7 @@ class RequestService:
                 raise ConflictError(f"unique_id {body.unique_id!r} is pending with a different body")
             raise UniqueIdReusedError(f"unique_id {body.unique_id!r} was used already; generate a fresh one")
         assert entry is not None
-        view = RequestView.from_row(row | {"response_json": None, "response_purged": False,
+        view = RequestView.from_row(row | {"response_json": None, "response_purged": False, "votes_version": 0,
                                            "resolved_by": None, "resolved_via": None, "resolved_at": None})
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
         # The event's id is its journal entry's seq, so a stream can resume from the journal (core/http/events.py).
@@ -382,6 +393,9 @@ class RequestService:
                                principal=principal, channel=channel, data={"reason": "four_eyes"})
             raise FourEyesError("this request was made on your behalf: someone else must approve it "
                                 "(you may reject it)")
+        if view.approvals_required is not None:
+            return await self.voting.vote(view, response=response, principal=principal, channel=channel, link_id=link_id,
+                                          deliveries=deliveries)
         # An approval of a proposal carries the proposal as approved and whether it was edited.
         response = proposals.result(proposal=view.proposal, response=response)
         answer, data, canonical = self._answer_columns(view, response)

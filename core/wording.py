@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 TEXTS: dict[str, str] = {
     "accepted": "Thanks, your answer was recorded.",
     "not_authorized": "You are not authorized to answer this.",
+    "already_voted": "You voted already: your first vote counts, once; votes cannot be changed. Nothing was changed.",
+    "voted": "Thanks, your vote was counted.",
     "four_eyes": "This was asked on your behalf, so someone else must approve it (you may still reject it). "
                  "Nothing was changed.",
     "not_found": "This question is no longer known.",
@@ -151,6 +153,9 @@ def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None 
         return on_timeout_headline(view) + at
     if view.status == "answered":
         verb = {"approved": "Approved", "rejected": "Rejected"}.get(outcome_code(view), "Answered")
+        voters = _quorum_by(view)
+        if voters:
+            return f"{verb} by {voters}" + at
         by = who or principal_label(view.resolved_by)
         via = CHANNEL_NAMES.get(view.resolved_channel or "", view.resolved_channel or "an unknown channel")
         return (f"{verb} by {by} via {via}" if by else f"{verb} via {via}") + at
@@ -159,6 +164,33 @@ def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None 
     if view.status == "cancelled":
         return "Cancelled" + at
     return "Pending"
+
+
+def tally(*, required: int, policy: str, approvers: list[str], rejecters: list[str],
+          expected: list[str] | None) -> str:
+    """A quorum request's votes so far: ``1 of 2 approved: Alice. Still expected: Bob, Carol.``"""
+    line = f"🗳 {len(approvers)} of {required} approved" + (f": {', '.join(approvers)}" if approvers else "")
+    if rejecters:
+        line += f"; {len(rejecters)} of {required} rejected: {', '.join(rejecters)}"
+    line += "."
+    if expected:
+        line += f" Still expected: {', '.join(expected)}."
+    if policy == "any":
+        line += " One rejection rejects it."
+    return line
+
+
+def _quorum_by(view: RequestView) -> str:
+    """Who decided a quorum request: ``Alice via Telegram and Bob via Slack (2 of 2)``, or "" for another."""
+    if view.approvals_required is None or not view.votes or view.status != "answered":
+        return ""
+    decision = {"approved": "approve", "rejected": "reject"}.get(outcome_code(view))
+    side = [v for v in view.votes if v["decision"] == decision]
+    if not side:
+        return ""
+    each = [f"{v['name']} via {CHANNEL_NAMES.get(v['channel'], v['channel'])}" for v in side]
+    joined = each[0] if len(each) == 1 else ", ".join(each[:-1]) + " and " + each[-1]
+    return f"{joined} ({len(side)} of {view.approvals_required})"
 
 
 def on_timeout_headline(view: RequestView) -> str:

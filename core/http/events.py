@@ -16,11 +16,11 @@ from aiohttp import web
 
 from handraise.core.appkeys import BUS, KEYRING, STORE
 from handraise.core.errors import BadRequestError
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTATED, Event, events_after
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_VOTED, RUN_ANNOTATED, Event, events_after
 
 routes = web.RouteTableDef()
 
-EVENT_TYPES = frozenset({REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTATED})
+EVENT_TYPES = frozenset({REQUEST_CREATED, REQUEST_VOTED, REQUEST_RESOLVED, RUN_ANNOTATED})
 KEEPALIVE_SECONDS = 15.0
 _REPLAY_PAGE = 500
 

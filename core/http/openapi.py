@@ -57,7 +57,9 @@ def _json(schema: dict[str, Any] | type[BaseModel], description: str) -> dict[st
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
              403: "Wrong scope; for an answer, not_assigned (the request is assigned to other people) or "
-                  "four_eyes (its on_behalf_of person may not approve it)", 404: "Not found (or another tenant's)", 409: "Conflict", 410: "Gone",
+                  "four_eyes (its on_behalf_of person may not approve it)", 404: "Not found (or another tenant's)",
+             409: "Conflict; for an answer, already_answered, or already_voted (the person voted otherwise "
+                  "already on this quorum request: votes are final)", 410: "Gone",
              413: "Body too large", 422: "Invalid body, schema or answer",
              429: "Too many invalid answers by this key (Retry-After says when to try again)",
              501: "Capability not provided"}
@@ -156,12 +158,14 @@ PATHS: dict[str, dict[str, Any]] = {
                       ok={"200": {"description": "Ended"}}, errors=(401, 403, 404)),
     },
     "/api/human-feedback/submit": {"post": _op(
-        "Submit an answer by unique_id", scopes=["answer"],
+        "Submit an answer by unique_id; on a request with approvals_required, one person's vote (the request "
+        "stays pending until the votes decide it; the same vote again changes nothing)", scopes=["answer"],
         body=SubmitBody,
         ok={"200": _json({"type": "object", "required": ["accepted", "request"], "properties": {
             "accepted": {"const": True}, "request": _REQUEST}}, "Accepted")}, errors=(400, 401, 403, 404, 409, 410, 413, 422, 429))},
     "/v1/events": {"get": _op(
-        "Server-Sent Events: request.created, request.resolved, run.annotated", scopes=["read"],
+        "Server-Sent Events: request.created, request.voted (a vote on a quorum request), request.resolved, "
+        "run.annotated", scopes=["read"],
         params=[{"name": "run_id", "in": "query", "schema": {"type": "string"}},
                 {"name": "types", "in": "query", "schema": {"type": "string"}},
                 {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"},

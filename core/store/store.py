@@ -49,6 +49,7 @@ from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import GET_STATE, put_state, replace_state, set_state_if_absent
+from handraise.core.store.votes import VoteRecords
 from handraise.core.store.units import (
     PgConnection,
     StoreConnection,
@@ -305,6 +306,8 @@ class Store:
         self.runs = RunRecords(read=self._read, dialect=self.dialect)
         # Escalation steps and reminders that are due (core/store/schedule.py).
         self.schedule = ScheduleRecords(read=self._read)
+        # A quorum request's votes, one compare-and-set each (core/store/votes.py).
+        self.votes = VoteRecords(journal=self.journal, notice=self._notify_arg)
 
     # -- lifecycle -------------------------------------------------------------
 

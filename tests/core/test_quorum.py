@@ -1,0 +1,276 @@
+"""Quorum approvals through the HTTP API, on SQLite and PostgreSQL: N distinct people, one person
+counted once, rejections per reject_policy, votes journaled and shown, races with one resolution,
+edits of a proposal refused, and every new field checked at create with a 422."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import AGENT_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, running_app, settings_from
+from sse import streams
+
+from handraise.core.appkeys import BUS, SERVICE
+from handraise.core.events import REQUEST_VOTED
+
+PEOPLE = [
+    {"id": "alice", "name": "Alice", "telegram": 4242, "groups": ["oncall"]},
+    {"id": "bob", "name": "Bob", "groups": ["oncall"]},
+    {"id": "carol", "name": "Carol", "groups": ["oncall", "leads"]},
+    {"id": "dave", "name": "Dave", "groups": ["leads"]},
+]
+# Answer keys named like people act as them (operator:alice is Alice), as an inbox session does.
+KEYS = {p["id"]: f"{p['id']}-answer-key-0123456789" for p in PEOPLE}
+
+
+def quorum_config(storage_url: str) -> dict[str, Any]:
+    config = base_config(storage_url)
+    config["tenants"][0]["people"] = PEOPLE
+    config["tenants"][0]["keys"] += [{"id": pid, "key": key, "scopes": ["answer", "read"]} for pid, key in KEYS.items()]
+    return config
+
+
+@pytest.fixture
+async def qapi(storage_url: str) -> AsyncIterator[Api]:
+    async with running_app(settings_from(quorum_config(storage_url))) as a:
+        yield a
+
+
+def approval(uid: str, n: int, **extra: Any) -> dict[str, Any]:
+    return {"unique_id": uid, "message_for_user": "Deploy v2 to production?", "kind": "approval",
+            "timeout_seconds": 600, "approvals_required": n, **extra}
+
+
+async def vote(api: Api, uid: str, who: str, decision: str, **extra: Any) -> tuple[int, Any]:
+    """One person's vote through the API: (status, the request as it stands, or the error)."""
+    status, body = await api.submit(uid, {"decision": decision, **extra}, key=KEYS[who])
+    return status, body["request"] if status == 200 else body
+
+
+async def _journal(api: Api, request_id: str) -> list[dict[str, Any]]:
+    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+
+
+async def test_two_distinct_people_approve_and_the_result_lists_them(qapi: Api) -> None:
+    req = await qapi.create(approval("q-2", 2))
+    assert req["approvals_required"] == 2 and req["reject_policy"] == "any" and req["votes"] == []
+    status, body = await vote(qapi, "q-2", "alice", "approve", reason="looks fine")
+    assert status == 200 and body["status"] == "pending"
+    status, got = await qapi.call("GET", f"/v1/requests/{req['id']}")
+    assert got["status"] == "pending"
+    assert [(v["person"], v["name"], v["decision"], v["channel"], v["reason"]) for v in got["votes"]] == [
+        ("alice", "Alice", "approve", "api", "looks fine")]
+    status, body = await vote(qapi, "q-2", "bob", "approve")
+    assert status == 200 and body["status"] == "answered"
+    done = await qapi.wait(req["id"])
+    response = done["response"]
+    assert response["decision"] == "approve"
+    assert [(v["person"], v["principal"], v["channel"]) for v in response["votes"]] == [
+        ("alice", "operator:alice", "api"), ("bob", "operator:bob", "api")]
+    assert all(v["at"].endswith("Z") for v in response["votes"])
+    assert done["answered_by"] == "operator:bob"
+    events = [e["event"] for e in await _journal(qapi, req["id"])]
+    assert events == ["created", "voted", "voted", "answered"]
+
+
+async def test_the_same_person_counts_once_whatever_the_channel(qapi: Api) -> None:
+    """Alice through her answer key and through Telegram is one person: her second approval is ignored."""
+    req = await qapi.create(approval("q-once", 2))
+    assert (await vote(qapi, "q-once", "alice", "approve"))[0] == 200
+    service = qapi.app[SERVICE]
+    again = await service.submit(tenant_id="acme", unique_id="q-once", response={"decision": "approve"},
+                                 principal="telegram:4242", channel="telegram")
+    assert again.status == "pending" and len(again.votes) == 1
+    # The same answer again through the API: still one vote, still pending, 200 (idempotent).
+    status, body = await vote(qapi, "q-once", "alice", "approve")
+    assert status == 200 and body["status"] == "pending"
+    # Changing her mind is refused: votes are final.
+    status, body = await vote(qapi, "q-once", "alice", "reject")
+    assert status == 409 and body["error"] == "already_voted"
+    got = await qapi.call("GET", f"/v1/requests/{req['id']}")
+    assert [v["person"] for v in got[1]["votes"]] == ["alice"]
+    entries = await _journal(qapi, req["id"])
+    assert [e["event"] for e in entries] == ["created", "voted", "vote_repeated", "vote_repeated", "answer_refused"]
+    assert entries[2]["channel"] == "telegram" and entries[2]["data"]["person"] == "alice"
+    assert entries[4]["data"]["reason"] == "already_voted"
+
+
+async def test_any_rejection_rejects_by_default(qapi: Api) -> None:
+    req = await qapi.create(approval("q-rej", 3))
+    assert (await vote(qapi, "q-rej", "alice", "approve"))[0] == 200
+    status, body = await vote(qapi, "q-rej", "bob", "reject", reason="the freeze is on")
+    assert status == 200 and body["status"] == "answered"
+    done = await qapi.wait(req["id"])
+    assert done["response"]["decision"] == "reject" and done["response"]["reason"] == "the freeze is on"
+    assert [v["decision"] for v in done["response"]["votes"]] == ["approve", "reject"]
+    status, body = await vote(qapi, "q-rej", "carol", "approve")
+    assert status == 409 and body["error"] == "already_answered"
+
+
+async def test_a_quorum_reject_policy_needs_as_many_rejections(qapi: Api) -> None:
+    req = await qapi.create(approval("q-qr", 2, reject_policy="quorum"))
+    assert (await vote(qapi, "q-qr", "alice", "reject"))[1]["status"] == "pending"
+    assert (await vote(qapi, "q-qr", "bob", "approve"))[1]["status"] == "pending"
+    assert (await vote(qapi, "q-qr", "carol", "approve"))[1]["status"] == "answered"
+    assert (await qapi.wait(req["id"]))["response"]["decision"] == "approve"
+    req = await qapi.create(approval("q-qr2", 2, reject_policy="quorum"))
+    await vote(qapi, "q-qr2", "alice", "reject")
+    assert (await vote(qapi, "q-qr2", "dave", "reject"))[1]["status"] == "answered"
+    assert (await qapi.wait(req["id"]))["response"]["decision"] == "reject"
+
+
+async def test_only_people_vote_and_four_eyes_and_assignment_hold_per_vote(qapi: Api) -> None:
+    await qapi.create(approval("q-who", 2, assign_to=["group:oncall"], on_behalf_of="alice"))
+    status, body = await qapi.submit("q-who", {"decision": "approve"}, key=OPERATOR_KEY)  # operator:op-1: nobody
+    assert status == 403 and body["error"] == "not_assigned"
+    status, body = await vote(qapi, "q-who", "alice", "approve")
+    assert status == 403 and body["error"] == "four_eyes"
+    status, body = await vote(qapi, "q-who", "dave", "approve")  # not on call
+    assert status == 403 and body["error"] == "not_assigned"
+    assert (await vote(qapi, "q-who", "bob", "approve"))[1]["status"] == "pending"
+    assert (await vote(qapi, "q-who", "carol", "approve"))[1]["status"] == "answered"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+async def test_racing_votes_resolve_exactly_once(qapi: Api, n: int) -> None:
+    """Every person approves at once (twice each): exactly N votes decide, once, and the rest are refused."""
+    req = await qapi.create(approval(f"q-race-{n}", n))
+    people = [p["id"] for p in PEOPLE]
+    results = await asyncio.gather(*[vote(qapi, f"q-race-{n}", who, "approve") for who in people * 2])
+    codes = sorted(status for status, _ in results)
+    assert set(codes) <= {200, 409}
+    done = await qapi.wait(req["id"])
+    assert done["status"] == "answered" and len(done["response"]["votes"]) == n
+    assert len({v["person"] for v in done["response"]["votes"]}) == n
+    entries = await qapi.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+    assert [e["event"] for e in entries].count("answered") == 1
+    assert [e["event"] for e in entries].count("voted") == n
+
+
+async def test_a_rejection_racing_the_last_approval_gives_one_outcome(qapi: Api) -> None:
+    for i in range(4):
+        uid = f"q-mid-{i}"
+        req = await qapi.create(approval(uid, 2))
+        await vote(qapi, uid, "alice", "approve")
+        (s1, b1), (s2, b2) = await asyncio.gather(vote(qapi, uid, "bob", "approve"), vote(qapi, uid, "carol", "reject"))
+        done = await qapi.wait(req["id"])
+        decided = done["response"]["decision"]
+        winner = "bob" if decided == "approve" else "carol"
+        assert done["response"]["votes"][-1]["person"] == winner
+        assert sorted([s1, s2]) == [200, 409]
+
+
+async def test_each_vote_publishes_progress(qapi: Api) -> None:
+    seen: list[Any] = []
+    qapi.app[BUS].add_listener(lambda ev: seen.append(ev) if ev.type == REQUEST_VOTED else None)
+    req = await qapi.create(approval("q-ev", 2))
+    await vote(qapi, "q-ev", "carol", "approve")
+    assert [e.object_id for e in seen] == [req["id"]]
+    assert seen[0].data["votes"][0]["person"] == "carol" and seen[0].data["status"] == "pending"
+
+
+async def test_a_proposal_is_approved_as_proposed(qapi: Api) -> None:
+    proposal = {"proposal": {"replicas": 3}, "proposal_schema": {
+        "type": "object", "properties": {"replicas": {"type": "integer", "minimum": 1}}, "required": ["replicas"]}}
+    req = await qapi.create(approval("q-prop", 2, **proposal))
+    status, body = await vote(qapi, "q-prop", "alice", "approve", proposal={"replicas": 5})
+    assert status == 422 and body["error"] == "invalid_answer"
+    assert body["details"]["fields"][0]["field"] == "proposal"
+    assert (await vote(qapi, "q-prop", "alice", "approve", proposal={"replicas": 3}))[0] == 200
+    assert (await vote(qapi, "q-prop", "bob", "approve"))[1]["status"] == "answered"
+    done = await qapi.wait(req["id"])
+    assert done["response"]["proposal"] == {"replicas": 3} and done["response"]["edited"] is False
+    # One approver may still edit, as without a quorum.
+    req = await qapi.create(approval("q-prop1", 1, **proposal))
+    assert (await vote(qapi, "q-prop1", "dave", "approve", proposal={"replicas": 2}))[1]["status"] == "answered"
+    done = await qapi.wait(req["id"])
+    assert done["response"]["proposal"] == {"replicas": 2} and done["response"]["edited"] is True
+
+
+@pytest.mark.parametrize(("extra", "field", "needle"), [
+    ({"approvals_required": 0}, "approvals_required", "greater than or equal to 1"),
+    ({"approvals_required": True}, "approvals_required", "integer"),
+    ({"approvals_required": "2"}, "approvals_required", "integer"),
+    ({"approvals_required": 1.5}, "approvals_required", "integer"),
+    ({"approvals_required": 5}, "approvals_required", "only 4 of this tenant's people"),
+    ({"approvals_required": 3, "assign_to": ["group:leads"]}, "approvals_required", "only 2 of the people assigned"),
+    ({"approvals_required": 3, "on_behalf_of": "alice", "assign_to": ["group:oncall"]}, "approvals_required",
+     "only 2 of the people assigned but alice"),
+    ({"approvals_required": 2, "kind": "input"}, "approvals_required", "approvals only"),
+    ({"approvals_required": 2, "sensitive": True}, "approvals_required", "sensitive"),
+    ({"reject_policy": "any"}, "reject_policy", "only with approvals_required"),
+    ({"approvals_required": 2, "reject_policy": "majority"}, "reject_policy", "'any' or 'quorum'"),
+])
+async def test_quorum_fields_are_checked_at_create(qapi: Api, extra: dict[str, Any], field: str,
+                                                   needle: str) -> None:
+    body = {"unique_id": "q-bad", "message_for_user": "Deploy?", "kind": "approval", **extra}
+    status, error = await qapi.call("POST", "/v1/requests", json=body)
+    assert status == 422, error
+    assert error["error"] == "validation_error"
+    assert any(f["field"] == field and needle in f["message"] for f in error["details"]["fields"]), error
+
+
+async def test_a_tenant_without_people_has_no_quorum_of_two(api: Api) -> None:
+    status, error = await api.call("POST", "/v1/requests", json=approval("q-nop", 2))
+    assert status == 422 and "lists none" in error["details"]["fields"][0]["message"]
+    # One approval needs nobody listed: whoever may answer votes.
+    req = await api.create(approval("q-nop1", 1))
+    status, body = await api.submit("q-nop1", {"decision": "approve"})
+    assert status == 200 and body["request"]["status"] == "answered"
+    done = await api.wait(req["id"])
+    assert [v["person"] for v in done["response"]["votes"]] == ["operator:op-1"]
+
+
+async def test_votes_are_visible_to_readers_and_a_retried_create_is_the_same(qapi: Api) -> None:
+    first = await qapi.create(approval("q-read", 2, reject_policy="quorum"))
+    again = await qapi.create(approval("q-read", 2, reject_policy="quorum"))
+    assert again["id"] == first["id"]
+    status, error = await qapi.call("POST", "/v1/requests", json=approval("q-read", 3))
+    assert status == 409
+    await vote(qapi, "q-read", "dave", "approve")
+    status, got = await qapi.call("GET", f"/v1/requests/{first['id']}", key=READER_KEY)
+    assert status == 200 and got["votes"][0]["name"] == "Dave"
+    status, got = await qapi.call("GET", f"/v1/requests/{first['id']}", key=AGENT_KEY)
+    assert got["approvals_required"] == 2 and got["reject_policy"] == "quorum"
+
+
+async def test_the_event_stream_tells_each_vote(qapi: Api) -> None:
+    """GET /v1/events: request.voted with the tally so far, then request.resolved once decided."""
+    async with streams() as start:
+        reader = await start(qapi, READER_KEY)
+        req = await qapi.create(approval("q-sse", 2))
+        assert (await reader.next())[0] == "request.created"
+        await vote(qapi, "q-sse", "alice", "approve")
+        event, data = await reader.next()
+        assert event == "request.voted" and data["id"] == req["id"] and data["status"] == "pending"
+        assert [v["person"] for v in data["votes"]] == ["alice"]
+        await vote(qapi, "q-sse", "bob", "approve")
+        event, data = await reader.next()
+        assert event == "request.voted" and [v["person"] for v in data["votes"]] == ["alice", "bob"]
+        event, data = await reader.next()
+        assert event == "request.resolved" and data["response"]["decision"] == "approve"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+async def test_votes_racing_on_two_instances_resolve_once(pg_url: str, n: int) -> None:
+    """Two instances on one PostgreSQL: every person votes twice, through both at once. Each vote's
+    compare-and-set counts it once, exactly N decide, one resolution; the agent waiting on one
+    instance hears it, whichever instance resolved it."""
+    settings = settings_from(quorum_config(pg_url))
+    async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
+        for round_ in range(3):
+            uid = f"q-two-{n}-{round_}"
+            req = await a.create(approval(uid, n))
+            waiter = asyncio.create_task(a.wait(req["id"], 30))
+            people = [p["id"] for p in PEOPLE]
+            results = await asyncio.gather(*[vote(api, uid, who, "approve") for who in people for api in (a, b)])
+            assert {status for status, _ in results} <= {200, 409}
+            done = await asyncio.wait_for(waiter, 30)
+            assert done["status"] == "answered"
+            persons = [v["person"] for v in done["response"]["votes"]]
+            assert len(persons) == n == len(set(persons))
+            entries = await _journal(b, req["id"])
+            assert [e["event"] for e in entries].count("answered") == 1
+            assert [e["event"] for e in entries].count("voted") == n
