@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any
 
+from handraise.core import quorum, wording
 from handraise.core.api import RequestView
 from handraise.core.channels import Channel, SettingsT
 from handraise.core.outcomes import REFUSED, AnswerOutcome, refused, said
@@ -66,6 +67,8 @@ class Connector(Channel[SettingsT]):
                                              principal=principal, channel=self.name)
         except REFUSED as e:
             return refused(e)
+        if view.status == "pending":  # a vote on a quorum request: more votes decide it
+            return AnswerOutcome("accepted", f"{wording.text('voted')} {self.tally_text(view)}".strip(), view)
         return said("accepted", view)
 
     # -- delivery --------------------------------------------------------------
@@ -92,6 +95,14 @@ class Connector(Channel[SettingsT]):
         beside the original's and calls ``withdraw`` for both), or None.
         """
         return await self.deliver(request, target=target)
+
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        """A vote on a quorum request was counted and it is still pending: edit the posted message to show
+        the tally (``tally_text``), keeping its buttons. Default: nothing (a channel that cannot edit)."""
+
+    def tally_text(self, request: RequestView) -> str:
+        """The tally line of a quorum request ("1 of 2 approved: Alice. Still expected: Bob, Carol."), or ""."""
+        return quorum.tally_text(self.app_settings, request)
 
     def remind_after(self) -> float | None:
         value = getattr(self.settings, "remind_after_seconds", None)

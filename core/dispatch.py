@@ -24,7 +24,7 @@ from handraise.core.api import RequestView
 from handraise.core.backoff import Backoff
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConnectorError, NotFoundError
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, Event
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED, Event
 from handraise.core.redaction import redact
 from handraise.core.service import RequestService
 
@@ -115,6 +115,9 @@ class Dispatcher:
             self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id,
                                                       reached=bool(ev.data.get("reached")),
                                                       remind=bool(ev.data.get("remind"))))
+        elif ev.type == REQUEST_VOTED and ev.data.get("status") == "pending":
+            if self._delivers(ev.tenant_id, ev.data.get("channels", [])):
+                self._spawn(ev.object_id, self._show_votes_all(ev.tenant_id, ev.object_id))
         elif ev.type == REQUEST_RESOLVED:
             if ev.data.get("callback_host"):
                 self._spawn(ev.object_id, self._call_back(ev.tenant_id, ev.object_id))
@@ -203,7 +206,10 @@ class Dispatcher:
 
     async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                            *, first_attempt: int = 1) -> None:
+        shown: list[int] = []
+
         async def send(current: RequestView) -> dict[str, Any]:
+            shown.append(current.votes_version)
             return await connector.deliver(current, target=target)
 
         sent = await self._send(view, channel=connector.name, target=target, delivery_id=delivery_id, send=send,
@@ -215,6 +221,9 @@ class Dispatcher:
         if after.terminal:
             await self._withdraw_one(connector, after, target, delivery_id, sent)
             return
+        if shown and after.votes_version != shown[-1]:
+            # A vote came in while we were posting: the message shows an older tally.
+            await self._show_votes_one(connector, after, target, delivery_id, sent)
         remind_after = connector.remind_after()
         # A request with reminders of its own is pinged on its schedule instead (core/escalation.py).
         if remind_after and not (after.schedule is not None and after.schedule.reminds):
@@ -388,6 +397,46 @@ class Dispatcher:
                 if connector is not None and row["status"] == "sent":
                     self._spawn(request_id, self._remind_one(connector, view, row["target"], row["id"],
                                                              scheduled=True))
+
+    # -- quorum tallies ----------------------------------------------------------
+
+    async def _show_votes_all(self, tenant_id: str, request_id: str) -> None:
+        """A vote was counted: every message still up shows the new tally (core/quorum.py)."""
+        rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id) if r["status"] == "sent"]
+        if not rows:
+            return
+        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        for row in rows:
+            connector = self.connectors.get(row["channel"])
+            if connector is not None:
+                ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
+                self._spawn(request_id, self._show_votes_one(connector, view, row["target"], row["id"], ref))
+
+    async def _show_votes_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+                              ref: dict[str, Any]) -> None:
+        """Edit one message to the tally as it stands, holding the same claim a withdrawal takes, so an
+        outcome is never overwritten by an older tally; once that claim is given back, a request
+        resolved meanwhile is withdrawn here (its own withdraw pass found the message claimed)."""
+        store = self.service.store
+        now = self.service.clock()
+        if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
+            return
+        try:
+            current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+            if not current.terminal:
+                await connector.show_votes(current, target=target, ref=_main_ref(ref))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # Not retried: the next vote or the outcome edits the message again.
+            log.warning("tally edit failed", extra={"request_id": view.id, "channel": connector.name,
+                                                    "error": _error_text(_as_connector_error(e))[:200]})
+        finally:
+            with contextlib.suppress(Exception):
+                await store.release_withdrawal(delivery_id, now=self.service.clock())
+        after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        if after.terminal:
+            await self._withdraw_one(connector, after, target, delivery_id, ref)
 
     # -- withdraw --------------------------------------------------------------
 

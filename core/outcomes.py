@@ -13,6 +13,7 @@ from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.errors import (
     AlreadyAnsweredError,
+    AlreadyVotedError,
     ExpiredError,
     FourEyesError,
     HandraiseError,
@@ -27,6 +28,7 @@ from handraise.core.errors import (
 REFUSALS: tuple[tuple[type[HandraiseError], str], ...] = (
     (NotAssignedError, "not_authorized"),
     (FourEyesError, "four_eyes"),
+    (AlreadyVotedError, "already_voted"),
     (AlreadyAnsweredError, "already_answered"),
     (ExpiredError, "expired"),
     (RequestCancelledError, "cancelled"),

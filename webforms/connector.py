@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from handraise.core import proposals, wording
+from handraise.core import proposals, quorum, wording
 from handraise.core.api import LinkView, RequestView
 from handraise.core.chat import NAMES
 from handraise.core.channels import Channel
@@ -56,6 +56,8 @@ _OUTCOME_BY_CODE = {
     # 403s of assignment and four eyes: the request is still pending, so no receipt.
     "not_assigned": "not_assigned",
     "four_eyes": "four_eyes",
+    # A second, different vote by the same person on a quorum request (core/quorum.py).
+    "already_voted": "already_voted",
 }
 _STATIC_HEADERS = {
     "Cache-Control": "public, max-age=86400",
@@ -177,6 +179,9 @@ class WebFormsChannel(Channel[WebFormsSettings]):
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
         self.log.info("form answered", extra={"link_id": link.id, "request_id": view.id})
+        if answered.status == "pending":  # a vote on a quorum request, which more votes decide
+            return self._outcome("voted", request, view=answered,
+                                 receipt=Receipt(headline=quorum.tally_text(self.app_settings, answered)))
         return self._outcome("answered", request, view=answered,
                              receipt=self._receipt(answered, self._translations(request, answered)))
 
@@ -241,6 +246,7 @@ class WebFormsChannel(Channel[WebFormsSettings]):
             recipient=link.recipient,
             general_errors=general,
             chosen=chosen,
+            tally=quorum.tally_text(self.app_settings, view),
             theme=self.themes.get(view.tenant_id, Theme()),
         )
         html = self.pages.form(page, locale=locale, zone=self._zone(view.tenant_id))

@@ -102,6 +102,10 @@ OUTCOMES: dict[str, Outcome] = {
     "answered": Outcome(200, N_("Thank you, your answer was sent"), N_("You can close this tab.")),
     "not_assigned": Outcome(403, N_("This question is assigned to other people"),
                             N_("Only the people it is assigned to may answer it. Nothing was changed.")),
+    "voted": Outcome(200, N_("Thank you, your vote was counted"),
+                     N_("The question needs more votes before it is decided. You can close this tab.")),
+    "already_voted": Outcome(409, N_("You voted already"),
+                             N_("Your first vote counts, once; votes cannot be changed. Nothing was changed.")),
     "four_eyes": Outcome(403, N_("Someone else must approve this"),
                          N_("It was asked on your behalf, so you may not approve it yourself; you may still "
                             "reject it. Nothing was changed.")),
@@ -143,6 +147,8 @@ class FormPage:
     recipient: str | None = None
     general_errors: Sequence[str] = ()
     chosen: str | None = None
+    # A quorum request's votes so far ("1 of 2 approved: Alice. Still expected: Bob."), core.quorum.
+    tally: str = ""
     action: str = ""
     theme: Theme = field(default_factory=Theme)
 

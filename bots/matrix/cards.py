@@ -112,17 +112,24 @@ def notify(content: dict[str, Any], people: list[str]) -> dict[str, Any]:
 
 
 def card_content(request: RequestView, *, people: list[str] | None = None,
-                 tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
+                 tz: dt.tzinfo = dt.UTC, tally: str = "") -> dict[str, Any]:
     """The ``m.room.message`` content that asks the question, notifying the people who may answer.
 
     It carries no form link: everyone in the room reads the card, so a link there would let any
     member answer. A person asks for their own with a 📝 reaction and gets it in a direct message.
     """
-    body, formatted = _card_parts(request, tz=tz)
+    body, formatted = _card_parts(request, tz=tz, tally=tally)
     return notify(_message(body, formatted), people or [])
 
 
-def _card_parts(request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> tuple[str, str]:
+def tally_content(request: RequestView, *, card_event_id: str, tally: str, tz: dt.tzinfo = dt.UTC) -> dict[str, Any]:
+    """An ``m.replace`` edit of a pending quorum card: the card as posted, with the votes so far
+    (``tally``, core.quorum); it mentions nobody again."""
+    body, formatted = _card_parts(request, tz=tz, tally=tally)
+    return _replacing(card_event_id, body, formatted)
+
+
+def _card_parts(request: RequestView, *, tz: dt.tzinfo = dt.UTC, tally: str = "") -> tuple[str, str]:
     deadline = wording.deadline(request, tz)
     if request.sensitive:
         # The question may itself reveal what is asked: only the form shows it.
@@ -150,6 +157,9 @@ def _card_parts(request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> tuple[str, s
             lines.append(line)
         lines.append("")
         parts.append(_table_html(rows))
+    if tally:
+        lines += [tally, ""]
+        parts.append(f"<p><b>{html.escape(tally)}</b></p>")
     answer = how_to_answer(request)
     lines.append(answer)
     parts.append(f"<p>{html.escape(answer)}</p>")
@@ -226,6 +236,11 @@ def outcome_content(request: RequestView, *, card_event_id: str,
     else:
         body = f"❓ Question\n{request.message_for_user}\n\n{shown}"
         formatted = (f"<p><b>❓ Question</b></p><p>{_html_lines(request.message_for_user)}</p>{outcome_html}")
+    return _replacing(card_event_id, body, formatted)
+
+
+def _replacing(card_event_id: str, body: str, formatted: str) -> dict[str, Any]:
+    """An ``m.replace`` edit of the card to ``body``/``formatted``."""
     new = _message(body, formatted)
     edit = _message(f"* {body}", formatted)
     edit["m.new_content"] = new

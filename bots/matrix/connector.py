@@ -26,6 +26,7 @@ from handraise.bots.matrix.cards import (
     reaction_vote,
     reminder_text,
     takes_reactions,
+    tally_content,
     thread_notice,
 )
 from handraise.bots.matrix.direct import DirectMessages
@@ -228,7 +229,8 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         txn = f"handraise.card.{request.id}.{hashlib.sha256(target.encode()).hexdigest()[:12]}"
         # In a direct room every message notifies its one person: nobody to mention.
         people = [] if person is not None else self._people(request.tenant_id)
-        content = card_content(request, people=people, tz=self.timezone(request.tenant_id))
+        content = card_content(request, people=people, tz=self.timezone(request.tenant_id),
+                               tally=self.tally_text(request))
         event_id = await self._send(room_id, "m.room.message", content,
                                     what=f"post a card to {target}", txn_id=txn)
         await self.service.remember_message(channel=self.name, message_key=message_key(room_id, event_id),
@@ -253,6 +255,17 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         if route is None or (ref is not None and ref.get("person")):
             return []
         return route.resolved_people()
+
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        room_id, card_id = ref.get("room_id") or target, ref.get("event_id")
+        if not card_id:
+            return
+        await self._ensure_connected()
+        # One edit per tally: a retry after a lost response gets the same event back.
+        txn = f"handraise.tally.{request.id}.{request.votes_version}.{hashlib.sha256(card_id.encode()).hexdigest()[:12]}"
+        content = tally_content(request, card_event_id=card_id, tally=self.tally_text(request),
+                                tz=self.timezone(request.tenant_id))
+        await self._send(room_id, "m.room.message", content, what=f"edit the card in {room_id}", txn_id=txn)
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         room_id, card_id = ref.get("room_id") or target, ref.get("event_id")

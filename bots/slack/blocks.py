@@ -111,10 +111,13 @@ def _confirm_reject() -> dict[str, Any]:
 # --------------------------------------------------------------------------- message
 
 
-def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *, tz: dt.tzinfo = dt.UTC
-                    ) -> tuple[str, list[dict[str, Any]]]:
-    """The fallback text and blocks of a pending request's message; ``buttons`` pairs plans with tokens."""
+def message_content(view: RequestView, buttons: list[tuple[ButtonPlan, str]], *, tz: dt.tzinfo = dt.UTC,
+                    tally: str = "") -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and blocks of a pending request's message; ``buttons`` pairs plans with tokens;
+    ``tally``: a quorum request's votes so far (core.quorum)."""
     blocks: list[dict[str, Any]] = [_question_section(view)]
+    if tally:
+        blocks.append({"type": "context", "elements": [_mrkdwn(_escape(tally))]})
     if buttons:
         blocks.append({
             "type": "actions",

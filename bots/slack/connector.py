@@ -150,10 +150,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
     # -- delivery ----------------------------------------------------------------
 
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
-        plans = plan_buttons(request)
-        tokens = await self.service.create_chat_actions(tenant_id=request.tenant_id, request_id=request.id,
-                                                        channel=self.name, values=[p.intent for p in plans])
-        text, blocks = message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id))
+        text, blocks = await self._content(request)
         posted = await self._call("chat.postMessage", self.client.chat_postMessage(
             channel=target, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
         channel, ts = str(posted["channel"]), str(posted["ts"])
@@ -161,6 +158,20 @@ class SlackConnector(ChatConnector[SlackSettings]):
                                             tenant_id=request.tenant_id, request_id=request.id)
         self.log.info("slack message posted", extra={"request_id": request.id, "slack_channel": channel})
         return {"channel": channel, "ts": ts}
+
+    async def _content(self, request: RequestView) -> tuple[str, list[dict[str, Any]]]:
+        """A pending request's message: fresh button tokens, the tally of a quorum request."""
+        plans = plan_buttons(request)
+        tokens = await self.service.create_chat_actions(tenant_id=request.tenant_id, request_id=request.id,
+                                                        channel=self.name, values=[p.intent for p in plans])
+        return message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id),
+                               tally=self.tally_text(request))
+
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        channel, ts = ref.get("channel"), ref.get("ts")
+        if channel and ts:
+            text, blocks = await self._content(request)
+            await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         channel, ts = ref.get("channel"), ref.get("ts")
@@ -276,8 +287,9 @@ class SlackConnector(ChatConnector[SlackSettings]):
         elif "answer" in intent:
             outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
                                                   value=intent["answer"])
-            if outcome.accepted:
+            if outcome.accepted and (outcome.view is None or outcome.view.terminal):
                 return  # the dispatcher's withdraw edits the message to show who answered
+            # A vote on a quorum request that more votes decide: the person hears it was counted.
         else:
             outcome = AnswerOutcome("button_invalid", wording.text("button_invalid"))
         if outcome.url is not None:

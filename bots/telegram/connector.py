@@ -264,6 +264,21 @@ class TelegramConnector(ChatConnector[TelegramSettings]):
         except TelegramError as e:
             raise self._wrap(e) from e
 
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        if "message_id" not in ref or ref.get("reminder"):
+            return
+        bot = await self._bot()
+        text, markup, _ = await self._compose(request, int(ref["chat_id"]))
+        try:
+            await bot.edit_message_text(text, chat_id=ref["chat_id"], message_id=ref["message_id"],
+                                        reply_markup=markup if isinstance(markup, InlineKeyboardMarkup) else None,
+                                        link_preview_options=LinkPreviewOptions(is_disabled=True))
+        except BadRequest as e:
+            if "not modified" not in str(e).lower():
+                raise self._wrap(e) from e
+        except TelegramError as e:
+            raise self._wrap(e) from e
+
     async def _strip_private_links(self, view: RequestView) -> None:
         """The private messages that carried a personal link lose their button: the request is over."""
         kept = await self.service.get_state(SENT, view.id)
@@ -304,7 +319,8 @@ class TelegramConnector(ChatConnector[TelegramSettings]):
                                                             channel=self.name, values=[v for _, v in choices])
             rows = answer_rows(choices, tokens)
         hint = hint_text(view, style, tz=self.timezone(view.tenant_id))
-        text, cut = compose_text(view, hint=hint, outcome=None)
+        tally = self.tally_text(view)
+        text, cut = compose_text(view, hint=f"{tally}\n{hint}" if tally else hint, outcome=None)
         wants_form = style in ("sensitive", "form_only", "form", "approval") or cut
         link = None
         if wants_form:

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from handraise.core import proposals, wording
+from handraise.core import proposals, quorum, wording
 from handraise.core.api import RequestView, iso
 from handraise.core.appkeys import ANNOTATIONS, INBOX
 from handraise.core.errors import (
     AlreadyAnsweredError,
+    AlreadyVotedError,
     BadRequestError,
     ExpiredError,
     ForbiddenError,
@@ -311,7 +312,7 @@ class Inbox:
                 response = proposals.from_form(parsed.value, proposal=view.proposal, posted=parsed.posted)
                 await self.service.submit(tenant_id=session.tenant_id, request_id=view.id, response=response,
                                           principal=session.principal, channel="inbox")
-            except (NotAssignedError, FourEyesError) as e:
+            except (NotAssignedError, FourEyesError, AlreadyVotedError) as e:
                 return await self._request_page(request, session, view, status=403, refusal=e.code)
             except InvalidAnswerError as e:
                 errors = [FieldError(str(d.get("field", "")), str(d.get("message", ""))) for d in e.fields]
@@ -358,7 +359,8 @@ class Inbox:
             outcome=wording.headline(view, who=self._who(view), tz=self._zone(view.tenant_id)),
             answer_lines=wording.answer_lines(view) if view.has_response and not view.sensitive else [],
             journal=[self._entry(e, tenant_id=session.tenant_id) for e in entries], conflict=conflict,
-            refusal=refusal or (None if may_answer else "not_assigned"), assigned=", ".join(assigned))
+            refusal=refusal or (None if may_answer else "not_assigned"), assigned=", ".join(assigned),
+            tally=quorum.tally_text(self.settings, view))
 
     def _who(self, view: RequestView) -> str | None:
         principal = view.resolved_by or ""
