@@ -105,12 +105,21 @@ REQUEST_APPROVAL = types.Tool(
             "timeout_seconds": _TIMEOUT,
             "unique_id": _UNIQUE_ID,
             "run_id": _RUN_ID,
+            "approvals_required": {"type": "integer", "minimum": 1, "maximum": 50,
+                                   "description": "How many distinct people must approve (default 1); one "
+                                                  "rejection rejects unless reject_policy is \"quorum\"."},
+            "reject_policy": {"enum": ["any", "quorum"],
+                              "description": "With approvals_required: \"any\" (default) rejection rejects, or "
+                                             "\"quorum\": as many rejections as approvals are needed."},
         },
     },
     output_schema={"type": "object", "required": ["status", "approved", "decision", "request_id", "unique_id"],
                    "properties": {**_ANSWERED, "approved": {"type": "boolean"},
                                   "decision": {"enum": ["approve", "reject"]},
-                                  "reason": {"type": ["string", "null"]}}},
+                                  "reason": {"type": ["string", "null"]},
+                                  "votes": {"type": "array", "items": {"type": "object"},
+                                            "description": "With approvals_required: each person's vote "
+                                                           "(person, name, decision, channel, at)"}}},
     annotations=_annotations("Request approval"),
 )
 
@@ -171,6 +180,9 @@ def parse(name: str, arguments: dict[str, Any] | None) -> Call:
             details = "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in details.items())
         body["message_for_user"] = f"{args['action']}\n\n{details}" if details else args["action"]
         body["kind"] = "approval"
+        for quorum_field in ("approvals_required", "reject_policy"):
+            if quorum_field in args:
+                body[quorum_field] = args[quorum_field]
     elif name == "ask_human":
         body["message_for_user"] = args["question"]
         body["sensitive"] = bool(args.get("sensitive", False))
@@ -207,6 +219,8 @@ def result(call: Call, record: RequestRecord) -> types.CallToolResult:
         answer = record.response if isinstance(record.response, dict) else {}
         out |= {"approved": answer.get("decision") == "approve", "decision": answer.get("decision"),
                 "reason": answer.get("reason")}
+        if "votes" in answer:  # a quorum: who voted how, through which channel, when
+            out["votes"] = answer["votes"]
         if "proposal" in answer:  # approve with edits: the proposal as approved, and whether it was changed
             out |= {"proposal": answer["proposal"], "edited": answer.get("edited", False)}
         text = ("Approved" if out["approved"] else "Rejected") + (f": {out['reason']}" if out["reason"] else "")

@@ -34,12 +34,14 @@ def new_unique_id(prefix: str = "hr") -> str:
 
 
 def create_body(*, message: str, schema: Mapping[str, Any] | None, timeout: int, sensitive: bool, kind: str,
-                run_id: str | None, channels: list[str] | None, unique_id: str | None) -> dict[str, Any]:
+                run_id: str | None, channels: list[str] | None, unique_id: str | None,
+                approvals_required: int | None = None, reject_policy: str | None = None) -> dict[str, Any]:
     """The create body, checked with the server's own model before anything is sent."""
     raw: dict[str, Any] = {"unique_id": unique_id or new_unique_id(), "message_for_user": message,
                            "timeout_seconds": timeout, "kind": kind, "sensitive": sensitive}
     for name, value in (("schema", dict(schema) if schema is not None else None), ("run_id", run_id),
-                        ("channels", list(channels) if channels is not None else None)):
+                        ("channels", list(channels) if channels is not None else None),
+                        ("approvals_required", approvals_required), ("reject_policy", reject_policy)):
         if value is not None:
             raw[name] = value
     try:

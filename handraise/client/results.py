@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from handraise.core.api import RequestRecord
+from handraise.core.api import RequestRecord, VoteRecord
 
 
 @dataclass(frozen=True)
@@ -18,12 +18,15 @@ class Decision:
     decided_by: str | None
     decided_at: datetime | None
     request: RequestRecord
+    # With approvals_required: every vote counted (person, name, decision, channel, at), in order.
+    votes: tuple[VoteRecord, ...] = ()
 
     @classmethod
     def from_request(cls, record: RequestRecord) -> Decision:
         answer = record.response if isinstance(record.response, dict) else {}
+        votes = tuple(VoteRecord.model_validate(v) for v in answer.get("votes") or ())
         return cls(approved=answer.get("decision") == "approve", reason=answer.get("reason"),
-                   decided_by=record.answered_by, decided_at=record.answered_at, request=record)
+                   decided_by=record.answered_by, decided_at=record.answered_at, request=record, votes=votes)
 
 
 @dataclass(frozen=True)

@@ -85,12 +85,16 @@ class Handraise:
     def approve(self, action: str, *, details: str | Mapping[str, Any] | None = None,
                 timeout: int = DEFAULT_TIMEOUT_SECONDS, run_id: str | None = None,
                 channels: Sequence[str] | None = None, unique_id: str | None = None,
-                raise_on_reject: bool = False) -> Decision:
-        """Ask for approve/reject; returns the ``Decision`` (``Rejected`` raised only with ``raise_on_reject``)."""
+                raise_on_reject: bool = False, approvals_required: int | None = None,
+                reject_policy: str | None = None) -> Decision:
+        """Ask for approve/reject; returns the ``Decision`` (``Rejected`` raised only with ``raise_on_reject``).
+        ``approvals_required``: that many distinct people must approve (``Decision.votes`` lists them);
+        ``reject_policy``: ``"any"`` (default) rejection rejects, or ``"quorum"``."""
         return self._run(self._plans.approve(create_body(
             message=approval_message(action, details), schema=None, timeout=timeout, sensitive=False,
             kind="approval", run_id=run_id, channels=list(channels) if channels is not None else None,
-            unique_id=unique_id), raise_on_reject=raise_on_reject))
+            unique_id=unique_id, approvals_required=approvals_required,
+            reject_policy=reject_policy), raise_on_reject=raise_on_reject))
 
     def form(self, message: str, model: type[M], *, timeout: int = DEFAULT_TIMEOUT_SECONDS, sensitive: bool = False,
              run_id: str | None = None, channels: Sequence[str] | None = None, unique_id: str | None = None) -> M:

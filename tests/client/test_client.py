@@ -96,6 +96,20 @@ def test_approve_returns_a_decision_and_raises_rejected_only_when_asked(agent: H
     assert caught.value.decision.approved is False
 
 
+def test_approve_takes_a_quorum_and_lists_the_votes(agent: Handraise, live_server: LiveServer) -> None:
+    uid = new_unique_id("test")
+    human = AnsweringHuman(live_server.url, uid, {"decision": "approve"}).begin()
+    decision = agent.approve("Deploy", unique_id=uid, timeout=60, approvals_required=1, reject_policy="quorum")
+    human.join()
+    assert decision.approved and decision.request.approvals_required == 1
+    assert decision.request.reject_policy == "quorum"
+    assert [(v.person, v.decision, v.channel) for v in decision.votes] == [("operator:op-1", "approve", "api")]
+    # Checked with the server's own model before anything is sent.
+    with pytest.raises(InvalidRequest) as caught:
+        agent.approve("Deploy", timeout=60, approvals_required=0)
+    assert caught.value.details["fields"][0]["field"] == "approvals_required"
+
+
 class Colour(enum.Enum):
     red = "red"
     green = "green"

@@ -141,6 +141,15 @@ async def test_http_answered_ask_and_approval_and_human_feedback(tmp_path: Path)
         assert result.content[0].text.startswith("Rejected: not today")
         assert (await answered)["message_for_user"] == "Deploy to prod\n\nversion: 1.2"
 
+        async with human.answer({"decision": "approve"}) as answered:
+            result = await session.call_tool("request_approval", {"action": "Deploy", "approvals_required": 1,
+                                                                  "reject_policy": "quorum"})
+        assert result.structured_content["approved"] is True
+        assert [v["person"] for v in result.structured_content["votes"]] == ["operator:op-1"]
+        assert (await answered)["approvals_required"] == 1
+        refused = await session.call_tool("request_approval", {"action": "x", "approvals_required": 0})
+        assert refused.is_error and "approvals_required" in refused.content[0].text
+
         async with human.answer("123456"):
             result = await session.call_tool("human_feedback", {
                 "message_for_user": "Enter the six-digit code sent to your phone.",
