@@ -103,8 +103,11 @@ def eligible(settings: Settings, tenant_id: str, *, assign_to: list[str] | None,
 
 def create_problems(settings: Settings, tenant_id: str, *, kind: str, sensitive: bool,
                     approvals_required: int | None, reject_policy: str | None, assign_to: list[str] | None,
-                    on_behalf_of: str | None) -> list[dict[str, str]]:
-    """Why a create's ``approvals_required`` / ``reject_policy`` cannot stand, per field (empty: they can)."""
+                    on_behalf_of: str | None, escalation_to: list[str] = ()) -> list[dict[str, str]]:
+    """Why a create's ``approvals_required`` / ``reject_policy`` cannot stand, per field (empty: they can).
+    ``escalation_to``: the people and groups its escalation steps add to an assignment."""
+    if assign_to is not None:
+        assign_to = [*assign_to, *escalation_to]
     if approvals_required is None:
         if reject_policy is not None:
             return [{"field": "reject_policy", "message": "applies only with approvals_required"}]

@@ -156,7 +156,8 @@ class RequestService:
         problems += quorum.create_problems(self.settings, tenant_id, kind=body.kind, sensitive=body.sensitive,
                                            approvals_required=body.approvals_required,
                                            reject_policy=body.reject_policy, assign_to=body.assign_to,
-                                           on_behalf_of=body.on_behalf_of)
+                                           on_behalf_of=body.on_behalf_of,
+                                           escalation_to=[ref for step in body.escalation or () for ref in step.to])
         if problems:
             raise ValidationFailedError("; ".join(f"{p['field']}: {p['message']}" for p in problems), fields=problems)
         body_sha = hashlib.sha256(canonical_json(body.canonical_body(timeout_seconds=timeout)).encode()).hexdigest()

@@ -198,6 +198,8 @@ async def test_a_proposal_is_approved_as_proposed(qapi: Api) -> None:
     ({"approvals_required": 3, "assign_to": ["group:leads"]}, "approvals_required", "only 2 of the people assigned"),
     ({"approvals_required": 3, "on_behalf_of": "alice", "assign_to": ["group:oncall"]}, "approvals_required",
      "only 2 of the people assigned but alice"),
+    ({"approvals_required": 3, "assign_to": ["group:leads"], "escalation": [{"after_seconds": 60, "to": ["dave"]}]},
+     "approvals_required", "only 2 of the people assigned"),
     ({"approvals_required": 2, "kind": "input"}, "approvals_required", "approvals only"),
     ({"approvals_required": 2, "sensitive": True}, "approvals_required", "sensitive"),
     ({"reject_policy": "any"}, "reject_policy", "only with approvals_required"),
@@ -221,6 +223,13 @@ async def test_a_tenant_without_people_has_no_quorum_of_two(api: Api) -> None:
     assert status == 200 and body["request"]["status"] == "answered"
     done = await api.wait(req["id"])
     assert [v["person"] for v in done["response"]["votes"]] == ["operator:op-1"]
+
+
+async def test_people_an_escalation_step_adds_count_towards_the_quorum(qapi: Api) -> None:
+    """Assigned to the two leads, escalating to Alice: three people may approve it in time."""
+    req = await qapi.create(approval("q-esc", 3, assign_to=["group:leads"],
+                                     escalation=[{"after_seconds": 60, "to": ["alice"]}]))
+    assert req["approvals_required"] == 3
 
 
 async def test_votes_are_visible_to_readers_and_a_retried_create_is_the_same(qapi: Api) -> None:
