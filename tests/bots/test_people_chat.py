@@ -127,3 +127,32 @@ async def test_telegram_reaches_assigned_people_in_their_private_chat(sqlite_url
         await driver.assert_withdrawn(private, "Approved by Alice Example via Telegram")
         group = Posted(request_id=request["id"], target=str(CHAT), ref=rows[str(CHAT)]["ref"])
         await driver.assert_withdrawn(group, "Approved by Alice Example via Telegram")
+
+
+async def test_telegram_escalation_reaches_the_steps_people_who_may_then_answer(sqlite_url: str) -> None:
+    import time
+
+    async with telegram(sqlite_url) as (driver, api):
+        driver.tg.started.update({ALLOWED, BOB_TG})
+        request = await api.create(ask("esc-tg", timeout_seconds=600, assign_to=["alice"],
+                                       escalation=[{"after_seconds": 120, "to": ["bob"]}]))
+        await api.app[DISPATCHER].idle()
+        service = api.app[SERVICE]
+
+        async def targets() -> dict[str, dict[str, Any]]:
+            await api.app[DISPATCHER].idle()
+            return {r["target"]: r for r in await service.deliveries(tenant_id="acme", request_id=request["id"])}
+
+        assert set(await targets()) == {str(CHAT), str(ALLOWED)}
+        group = Posted(request_id=request["id"], target=str(CHAT), ref=(await targets())[str(CHAT)]["ref"])
+        # Before the step, Bob's tap in the group is refused as a stranger's.
+        await driver.callback_answer(await driver.press(group, "approve", user_id=BOB_TG))
+        assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
+        service.clock = lambda: time.time() + 121
+        await service.sweep()
+        rows = await targets()
+        assert set(rows) == {str(CHAT), str(ALLOWED), str(BOB_TG)} and rows[str(BOB_TG)]["status"] == "sent"
+        private = Posted(request_id=request["id"], target=str(BOB_TG), ref=rows[str(BOB_TG)]["ref"])
+        await driver.callback_answer(await driver.press(private, "approve", user_id=BOB_TG))
+        assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"
+        await driver.assert_withdrawn(private, "Approved by Bob Builder via Telegram")
