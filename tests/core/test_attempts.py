@@ -16,11 +16,11 @@ from conftest import (
     base_config,
     running_app,
     settings_from,
+    web_app,
 )
 from handraise.core.config import hash_key
 from handraise.core.http.auth import UNKNOWN_KEY_RELOAD
 from handraise.core.appkeys import SERVICE, STORE
-from handraise.webforms.connector import WebFormsChannel
 
 LIMITS = {"max_failed_attempts": 3, "failed_attempts_window_seconds": 600}
 
@@ -59,7 +59,7 @@ async def test_a_form_link_that_keeps_failing_gets_a_429_page(storage_url: str) 
     from tests.webforms.test_http import fetch, mint, post
 
     config = base_config(storage_url, limits=LIMITS)
-    async with running_app(settings_from(config), connector_classes=[WebFormsChannel]) as api:
+    async with web_app(settings_from(config)) as api:
         req = await api.create(ask_body("form"))
         path = await mint(api, req["id"])
         for answer in ("", "abc", "12"):

@@ -67,8 +67,7 @@ def clocked(api: Api) -> Clock:
 
 
 async def journal(api: Api, request_id: str, event: str, tenant: str = "acme") -> list[dict[str, Any]]:
-    entries = await api.app[SERVICE].journal_entries(tenant_id=tenant, request_id=request_id)
-    return [e for e in entries if e["event"] == event]
+    return [e for e in await api.journal(request_id, tenant_id=tenant) if e["event"] == event]
 
 
 async def answer(api: Api, request_id: str, person: str) -> Any:

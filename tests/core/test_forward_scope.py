@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from conftest import AGENT_KEY, OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
+from conftest import AGENT_KEY, OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, settings_from, web_app
 from handraise.core.appkeys import SERVICE
 from handraise.core.config import load_settings
 from handraise.core.errors import ConfigError
-from handraise.webforms.connector import WebFormsChannel
 
 FORWARD_KEY = "forward-agent-key-0123456789abcdef"
 SECOND_FORWARD_KEY = "second-forward-key-0123456789abcdef"
@@ -37,7 +36,7 @@ def forward_config(storage_url: str) -> dict[str, Any]:
 
 @pytest.fixture
 async def fwd_api(storage_url: str) -> AsyncIterator[Api]:
-    async with running_app(settings_from(forward_config(storage_url)), connector_classes=[WebFormsChannel]) as a:
+    async with web_app(settings_from(forward_config(storage_url))) as a:
         yield a
 
 

@@ -29,8 +29,8 @@ from conftest import (
     READER_KEY,
     Api,
     base_config,
-    running_app,
     settings_from,
+    web_app,
 )
 from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
 
@@ -39,7 +39,6 @@ from handraise.core.errors import AlreadyAnsweredError, ExpiredError, NotFoundEr
 from handraise.core.hitl import parse_timeout, protocol_error
 from handraise.core.schema import FORMAT_CHECKER
 from handraise.core.signedpost import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
-from handraise.webforms.connector import WebFormsChannel
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 
 from ..webforms.html_tools import csrf_of
@@ -72,7 +71,7 @@ def _app(storage_url: str, *, people: list[dict[str, Any]] | None = None, **kwar
         config["tenants"][0]["people"] = people
     config["tenants"][0]["callbacks"] = {"secret": CALLBACK_SECRET, "allow_hosts": ["127.0.0.1"]}
     config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
-    return running_app(settings_from(config), connector_classes=[WebFormsChannel], **kwargs)
+    return web_app(settings_from(config), **kwargs)
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
+from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, settings_from, web_app
 from handraise.core.appkeys import SERVICE
-from handraise.webforms.connector import WebFormsChannel
 
 from .test_http import fetch, mint, post
 from .test_inbox_http import signed_in
@@ -30,7 +29,7 @@ async def people_app(tmp_path: Path, *, globex_people: bool = True) -> AsyncIter
     config["tenants"][0]["people"] = [ALICE, BOB, CAROL]
     if globex_people:
         config["tenants"][1]["people"] = [GUS]
-    async with running_app(settings_from(config), connector_classes=[WebFormsChannel]) as api:
+    async with web_app(settings_from(config)) as api:
         yield api
 
 
