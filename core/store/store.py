@@ -59,6 +59,7 @@ from handraise.core.store.units import (
     raise_translated,
     rowcount,
     scalar,
+    storage_errors,
 )
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,23 @@ def to_async_url(url: str) -> str:
     if url.startswith("postgresql://"):
         return "postgresql+asyncpg://" + url[len("postgresql://"):]
     return url
+
+
+@contextlib.asynccontextmanager
+async def _pg_connection(opening: Any) -> AsyncIterator[Any]:
+    """``async with`` an engine's ``connect()`` or ``begin()``, its opening and its end (COMMIT or
+    ROLLBACK) translated as a unit's statements are: a server that is gone is ``UnavailableError``.
+    The body's own errors pass as they are (its statements are translated where they run)."""
+    with storage_errors():
+        conn = await opening.__aenter__()
+    try:
+        yield conn
+    except BaseException as e:
+        with storage_errors():
+            await opening.__aexit__(type(e), e, e.__traceback__)
+        raise
+    with storage_errors():
+        await opening.__aexit__(None, None, None)
 
 
 def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
@@ -400,7 +418,7 @@ class Store:
     async def transaction(self) -> AsyncIterator[StoreConnection]:
         runner = self._runner
         if runner is None:
-            async with self._pg_engine().begin() as conn:
+            async with _pg_connection(self._pg_engine().begin()) as conn:
                 yield PgConnection(conn)
             return
         task = runner.enter_write()
@@ -423,7 +441,7 @@ class Store:
         if runner is None:
             if self._read_engine is None:
                 raise UnavailableError("store is not open")
-            async with self._read_engine.connect() as conn:
+            async with _pg_connection(self._read_engine.connect()) as conn:
                 yield PgConnection(conn)
             return
         snapshot = SqliteConnection(runner, write=False)
@@ -458,6 +476,8 @@ class Store:
             try:
                 async with self._read_engine.connect() as conn:
                     return await conn.run_sync(fn, *args)
+            except OSError as e:  # no connection to be had: a restart, a refused or reset connect
+                raise UnavailableError("the store does not answer") from e
             except DBAPIError as e:
                 # A pooled connection the server dropped: SQLAlchemy has invalidated the pool; a read is safe to repeat.
                 if attempt == 2 or not e.connection_invalidated:

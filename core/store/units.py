@@ -3,8 +3,9 @@ returning plain data), and the one place storage errors become the core error tr
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
@@ -41,7 +42,40 @@ def raise_translated(e: DBAPIError) -> None:
     locked server is unavailable. Any other (a programming error) returns, and the caller re-raises it."""
     if isinstance(e, IntegrityError):
         raise ConflictError("a stored row with the same key exists") from None
-    if isinstance(e, OperationalError) or e.connection_invalidated:
+    if isinstance(e, OperationalError) or e.connection_invalidated or server_lost(e.orig):
+        raise UnavailableError("the store does not answer") from e
+
+
+# SQLSTATE classes of a server that is gone for now: 08 connection exception, 57 operator
+# intervention (an administrator's shutdown, "the database system is shutting down", "… starting up").
+_LOST_SQLSTATE_CLASSES = ("08", "57")
+
+
+def server_lost(error: BaseException | None) -> bool:
+    """Whether ``error``, or what caused it, says the server went away or refuses connections for now
+    (a restart, a shutdown, a reset or refused connection): the store is unavailable, not broken."""
+    for _ in range(8):  # the driver's exception, SQLAlchemy's adaptation of it, its wrapper
+        if error is None:
+            return False
+        if isinstance(error, OSError):  # ConnectionError (reset, refused, lost), TimeoutError
+            return True
+        sqlstate = getattr(error, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in _LOST_SQLSTATE_CLASSES:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def storage_errors() -> Iterator[None]:
+    """Around what opens, begins or ends a PostgreSQL connection: a server that is gone is 503
+    ``unavailable`` (clients retry it), never a driver's exception surfacing as a 500."""
+    try:
+        yield
+    except DBAPIError as e:
+        raise_translated(e)
+        raise
+    except OSError as e:
         raise UnavailableError("the store does not answer") from e
 
 

@@ -39,13 +39,16 @@ def _toml_value(value: Any) -> str:
     return json.dumps(value)  # strings, numbers, booleans and flat lists read the same in TOML
 
 
-def write_config(path: Path, *, db: Path, port: int, extra: str = "") -> None:
+def write_config(path: Path, *, db: Path | None = None, port: int, extra: str = "",
+                 storage_url: str | None = None) -> None:
+    """The live server's config: ``db`` (a SQLite file) or ``storage_url`` (e.g. PostgreSQL), then ``extra``."""
+    url = storage_url if storage_url is not None else f"sqlite:///{db}"
     keys = {"acme": [("agent-1", AGENT_KEY, ["ask"]), ("agent-fwd", FORWARD_KEY, ["ask", "forward"]),
                      ("op-1", OPERATOR_KEY, ["answer", "read"]),
                      ("reader-1", READER_KEY, ["read"])],
             "globex": [("agent-2", OTHER_AGENT_KEY, ["ask"]), ("op-2", OTHER_OPERATOR_KEY, ["answer", "read"])]}
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f'public_url = "http://127.0.0.1:{port}"', "",
-             "[storage]", f"url = {_toml_value(f'sqlite:///{db}')}", "", "[limits]", "sweep_interval_seconds = 0.1",
+             "[storage]", f"url = {_toml_value(url)}", "", "[limits]", "sweep_interval_seconds = 0.1",
              "", "[logging]", 'level = "WARNING"', ""]
     for tenant, entries in keys.items():
         lines += ["[[tenants]]", f"id = {_toml_value(tenant)}"]

@@ -1,0 +1,199 @@
+"""Faults of issue 19 on the real PostgreSQL server: an instance killed with -9, a network stall to the
+database. Each ends with one answer, the one that won, in the agent's hands, and a journal that verifies.
+(bench/faults.py runs the same under load with three instances, and a restart of PostgreSQL.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import asyncpg
+import pytest
+from harness.live import AGENT_KEY as LIVE_AGENT_KEY
+from harness.live import OPERATOR_KEY as LIVE_OPERATOR_KEY
+from harness.live import free_port, write_config
+from harness.pgproxy import StallableProxy
+
+from conftest import AGENT_KEY, OPERATOR_KEY, Api, base_config, running_app, settings_from
+from handraise.core.appkeys import SERVICE, STORE
+
+STALL_SECONDS = 2.0
+
+
+def body(uid: str) -> dict[str, Any]:
+    return {"unique_id": uid, "message_for_user": "Deploy?", "timeout_seconds": 120}
+
+
+async def answered_entries(pg_url: str, request_id: str) -> int:
+    conn = await asyncpg.connect(pg_url)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM journal WHERE request_id = $1 AND event = 'answered'",
+                                   request_id)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def through_proxy(pg_url: str) -> AsyncIterator[tuple[StallableProxy, str]]:
+    parts = urlsplit(pg_url)
+    proxy = StallableProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    await proxy.start()
+    try:
+        yield proxy, pg_url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")
+    finally:
+        proxy.flowing.set()
+        await proxy.close()
+
+
+async def test_a_network_stall_to_postgresql_loses_and_doubles_nothing(pg_url: str) -> None:
+    """Both instances' database traffic is held for a while mid-flight: two answers race through both
+    instances meanwhile; once it flows again exactly one wins, the agent waiting on the other gets it."""
+    async with through_proxy(pg_url) as (proxy_a, url_a), through_proxy(pg_url) as (proxy_b, url_b), \
+            running_app(settings_from(base_config(url_a))) as a, running_app(settings_from(base_config(url_b))) as b:
+        req = await a.create(body("stall-1"))
+        waiting = asyncio.ensure_future(b.wait(req["id"], timeout=60))
+        while not b.app[SERVICE].waiting:
+            await asyncio.sleep(0.01)
+        for proxy in (proxy_a, proxy_b):
+            proxy.flowing.clear()
+        submits = [asyncio.ensure_future(api.submit("stall-1", answer)) for api, answer in ((a, "yes"), (b, "no"))]
+        await asyncio.sleep(STALL_SECONDS)
+        assert not any(s.done() for s in submits), "the stall held the database's answers"
+        for proxy in (proxy_a, proxy_b):
+            proxy.flowing.set()
+        results = await asyncio.wait_for(asyncio.gather(*submits), 60)
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200, 409], results
+        winner = next(answer for (status, _), answer in zip(results, ("yes", "no"), strict=True) if status == 200)
+        got = await asyncio.wait_for(waiting, 60)
+        assert got["status"] == "answered" and got["response"] == winner
+        assert await answered_entries(pg_url, req["id"]) == 1
+        assert await a.app[STORE].verify_journal() == []
+        # Both instances serve on, through the same connections.
+        req2 = await b.create(body("stall-2"))
+        assert (await a.submit("stall-2", "later"))[0] == 200
+        assert (await b.wait(req2["id"]))["response"] == "later"
+
+
+def _instance_config(path: Path, *, pg_url: str, port: int, secret: str) -> None:
+    # Every instance of one database needs the same server secret (and verify too).
+    write_config(path, storage_url=pg_url, port=port, extra=f'\n[security]\nsecret = "{secret}"\n')
+
+
+@contextlib.asynccontextmanager
+async def serve(tmp_path: Path, name: str, *, pg_url: str, secret: str) -> AsyncIterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    config = tmp_path / f"{name}.toml"
+    _instance_config(config, pg_url=pg_url, port=port, secret=secret)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANDRAISE_")}
+    process = subprocess.Popen([sys.executable, "-m", "handraise", "serve", "--config", str(config)], env=env,
+                               cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        async with aiohttp.ClientSession() as http:
+            while True:
+                assert process.poll() is None, f"{name} exited with {process.returncode}"
+                assert time.monotonic() < deadline, f"{name} did not serve within 60 s"
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(base + "/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def test_kill_9_of_an_instance_its_waiting_agent_reattaches_to_another_and_gets_the_answer(
+        pg_url: str, tmp_path: Path) -> None:
+    secret = secrets.token_hex(32)
+    ask = {"Authorization": f"Bearer {LIVE_AGENT_KEY}"}
+    answer = {"Authorization": f"Bearer {LIVE_OPERATOR_KEY}"}
+    async with serve(tmp_path, "a", pg_url=pg_url, secret=secret) as (a, process_a), \
+            serve(tmp_path, "b", pg_url=pg_url, secret=secret) as (b, _), aiohttp.ClientSession() as http:
+        async with http.post(a + "/v1/requests", json=body("kill-1"), headers=ask) as resp:
+            assert resp.status == 201
+            rid = (await resp.json())["id"]
+        wait_on_a = asyncio.ensure_future(http.get(f"{a}/v1/requests/{rid}/wait?timeout=60", headers=ask))
+        await asyncio.sleep(0.5)  # parked on a
+        process_a.send_signal(signal.SIGKILL)
+        with pytest.raises(aiohttp.ClientError):
+            async with await asyncio.wait_for(wait_on_a, 30) as resp:
+                await resp.read()
+        # The agent re-attaches to b; the answer arrives through b while it waits there.
+        wait_on_b = asyncio.ensure_future(http.get(f"{b}/v1/requests/{rid}/wait?timeout=60", headers=ask))
+        await asyncio.sleep(0.3)
+        async with http.post(b + "/api/human-feedback/submit", json={"unique_id": "kill-1", "response": "go"},
+                             headers=answer) as resp:
+            assert resp.status == 200
+        async with await asyncio.wait_for(wait_on_b, 30) as resp:
+            got = await resp.json()
+        assert got["status"] == "answered" and got["response"] == "go"
+        async with http.post(b + "/api/human-feedback/submit", json={"unique_id": "kill-1", "response": "again"},
+                             headers=answer) as resp:
+            assert resp.status == 409
+    assert await answered_entries(pg_url, rid) == 1
+    config = tmp_path / "verify.toml"
+    _instance_config(config, pg_url=pg_url, port=free_port(), secret=secret)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANDRAISE_")}
+    verify = await asyncio.create_subprocess_exec(sys.executable, "-m", "handraise", "journal", "verify", "--config",
+                                                  str(config), env=env, stdout=asyncio.subprocess.PIPE,
+                                                  stderr=asyncio.subprocess.STDOUT)
+    output, _ = await asyncio.wait_for(verify.communicate(), 100)
+    assert verify.returncode == 0, output.decode()
+
+
+async def test_postgresql_dropping_and_refusing_connections_is_503_then_every_instance_recovers(
+        pg_url: str) -> None:
+    """What a restart of PostgreSQL does to the instances (without restarting the machine's shared
+    server): every connection drops, new ones are refused for a while, then it is back. Meanwhile
+    the API answers 503 ``unavailable`` (which clients retry), never a 500; afterwards both instances
+    serve, their listeners LISTEN again, and an agent parked on one throughout is woken by an
+    answer given through the other."""
+    async with through_proxy(pg_url) as (proxy_a, url_a), through_proxy(pg_url) as (proxy_b, url_b), \
+            running_app(settings_from(base_config(url_a))) as a, running_app(settings_from(base_config(url_b))) as b:
+        req = await a.create(body("restart-1"))
+        assert (await b.call("GET", f"/v1/requests/{req['id']}"))[0] == 200  # b's pool holds a connection
+        waiting = asyncio.ensure_future(a.wait(req["id"], timeout=60))
+        while not a.app[SERVICE].waiting:
+            await asyncio.sleep(0.01)
+        for proxy in (proxy_a, proxy_b):
+            await proxy.cut()
+        for api in (a, b):
+            for method, path, payload in (("GET", f"/v1/requests/{req['id']}", None),
+                                          ("POST", "/v1/requests", body("during")),
+                                          ("POST", "/api/human-feedback/submit", None)):
+                key = OPERATOR_KEY if path.startswith("/api") else AGENT_KEY
+                data = {"unique_id": "restart-1", "response": "now"} if path.startswith("/api") else payload
+                status, answer = await api.call(method, path, json=data, key=key)
+                assert status == 503 and answer["error"] == "unavailable", (method, path, status, answer)
+        assert not waiting.done()
+        for proxy in (proxy_a, proxy_b):
+            await proxy.restore()
+        deadline = time.monotonic() + 30
+        while (await b.submit("restart-1", "after"))[0] != 200:
+            assert time.monotonic() < deadline, "b did not recover"
+            await asyncio.sleep(0.2)
+        got = await asyncio.wait_for(waiting, 30)
+        assert got["status"] == "answered" and got["response"] == "after"
+        assert await answered_entries(pg_url, req["id"]) == 1
+        assert await a.app[STORE].verify_journal() == []
