@@ -13,13 +13,16 @@ from __future__ import annotations
 import copy
 import gettext
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handraise.core.canonical import canonical_json
 from handraise.core.errors import InvalidSchemaError, ValidationFailedError
 from handraise.core.schema import FieldError, check_schema_off_loop, validate_answer_off_loop
 from handraise.core.schema.messages import ENGLISH
 from handraise.core.schema.shapes import APPROVAL_SCHEMA
+
+if TYPE_CHECKING:
+    from handraise.core.api import RequestView
 
 PROPOSAL = "proposal"
 # The hosted form names a proposal's fields "proposal.<name>" beside the approval's decision and reason.
@@ -78,6 +81,13 @@ def result(*, proposal: dict[str, Any] | None, response: Any) -> Any:
         return response
     approved = response.get(PROPOSAL, proposal)
     return {**response, PROPOSAL: approved, "edited": canonical_json(approved) != canonical_json(proposal)}
+
+
+def editable(view: RequestView) -> bool:
+    """Whether an approver may edit ``view``'s proposal: one with a proposal that one approval decides.
+    Several approvers (``approvals_required`` ≥ 2) approve the proposal as proposed (core/quorum.py),
+    so forms show it read-only there."""
+    return view.proposal is not None and view.proposal_schema is not None and (view.approvals_required or 1) < 2
 
 
 def form_schema(*, proposal: dict[str, Any], proposal_schema: dict[str, Any]) -> dict[str, Any]:

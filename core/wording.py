@@ -239,7 +239,9 @@ def proposal_text(view: RequestView, *, limit: int = 300) -> str:
         return ""
     lines = [f"{spec.title}: {_clip(value_text(view.proposal[spec.name], spec), limit)}"
              for spec in fields(view.proposal_schema) if spec.name in view.proposal]
-    return "\n".join(["Proposed:", *lines, "To change it before approving, open the form."])
+    how = ("Every approver approves it as proposed; to change it, reject with a reason."
+           if (view.approvals_required or 1) >= 2 else "To change it before approving, open the form.")
+    return "\n".join(["Proposed:", *lines, how])
 
 
 def value_text(value: Any, spec: FieldSpec | None = None) -> str:

@@ -37,6 +37,7 @@ from handraise.webforms.render import (
     field_views,
     form_specs,
     parse_form,
+    read_only_proposal,
     split_errors,
 )
 
@@ -247,6 +248,7 @@ class WebFormsChannel(Channel[WebFormsSettings]):
             general_errors=general,
             chosen=chosen,
             tally=quorum.tally_text(self.app_settings, view),
+            proposal=read_only_proposal(view),
             theme=self.themes.get(view.tenant_id, Theme()),
         )
         html = self.pages.form(page, locale=locale, zone=self._zone(view.tenant_id))

@@ -149,6 +149,8 @@ class FormPage:
     chosen: str | None = None
     # A quorum request's votes so far ("1 of 2 approved: Alice. Still expected: Bob."), core.quorum.
     tally: str = ""
+    # A proposal the approver may not edit (several approve it as proposed), as lines to read.
+    proposal: Sequence[str] = ()
     action: str = ""
     theme: Theme = field(default_factory=Theme)
 

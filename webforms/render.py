@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from handraise.core import proposals
+from handraise.core import proposals, wording
 from handraise.core.schema import FieldError, FieldSpec, coerce_field, fields
 from handraise.core.schema.messages import PRIORITY, number_text, problem
 
@@ -76,9 +76,18 @@ class FormData(Protocol):
 def answer_schema(view: RequestView) -> dict | None:
     """The schema a form draws for ``view``: an approval with a proposal adds the proposal's fields,
     filled in, as ``proposal.<name>`` (``proposals.from_form`` reads them back)."""
-    if view.proposal is not None and view.proposal_schema is not None:
+    if proposals.editable(view):
+        assert view.proposal is not None and view.proposal_schema is not None
         return proposals.form_schema(proposal=view.proposal, proposal_schema=view.proposal_schema)
     return view.schema
+
+
+def read_only_proposal(view: RequestView) -> tuple[str, ...]:
+    """The lines of a proposal the form shows but does not let anyone edit (several approve it as
+    proposed); () for one a form edits, or none."""
+    if view.proposal is None or proposals.editable(view):
+        return ()
+    return tuple(wording.proposal_text(view).splitlines())
 
 
 def form_specs(schema: dict | None, *, sensitive: bool) -> list[FieldSpec]:

@@ -212,8 +212,9 @@ def form_view(view: RequestView) -> RequestView:
     """The request as its modal draws and reads it: an approval with a proposal shows the proposal's
     fields filled in and editable (``proposal.<name>``, ``proposals.form_schema``) before the decision,
     so the approver may approve with edits here as on the form; not repeated read-only above them."""
-    if view.proposal is None or view.proposal_schema is None:
-        return view
+    if not proposals.editable(view):
+        return view  # none, or several approvers approve it as proposed: read-only above
+    assert view.proposal is not None and view.proposal_schema is not None
     schema = proposals.form_schema(proposal=view.proposal, proposal_schema=view.proposal_schema)
     return replace(view, schema=schema, proposal=None, proposal_schema=None)
 

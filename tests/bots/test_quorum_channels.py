@@ -15,7 +15,7 @@ from conftest import OPERATOR_KEY, Api, base_config, running_app, settings_from
 
 from handraise.core.appkeys import BUS, DISPATCHER, SERVICE
 from handraise.core.events import REQUEST_VOTED
-from handraise.webforms.connector import WebFormsConnector
+from handraise.webforms.connector import WebFormsChannel
 from tests.bots.contract import Posted
 from tests.bots.contract_matrix import MatrixDriver
 from tests.bots.contract_slack import SlackDriver, shown
@@ -86,7 +86,7 @@ async def everywhere(storage_url: str, synapse: Any) -> AsyncIterator[Everywhere
             {"id": "carol", "name": "Carol"},
             {"id": "dave", "name": "Dave"},
         ]
-        classes = [*tg.connector_classes(), *slack.connector_classes(), *mx.connector_classes(), WebFormsConnector]
+        classes = [*tg.connector_classes(), *slack.connector_classes(), *mx.connector_classes(), WebFormsChannel]
         async with running_app(settings_from(config), connector_classes=classes) as api:
             for driver in (tg, slack, mx):
                 await driver.ready(api)

@@ -283,3 +283,34 @@ async def test_votes_racing_on_two_instances_resolve_once(pg_url: str, n: int) -
             entries = await _journal(b, req["id"])
             assert [e["event"] for e in entries].count("answered") == 1
             assert [e["event"] for e in entries].count("voted") == n
+
+
+async def test_another_tenant_never_votes_and_bad_votes_change_nothing(qapi: Api) -> None:
+    from conftest import OTHER_OPERATOR_KEY
+
+    req = await qapi.create(approval("q-hostile", 2))
+    status, body = await qapi.submit("q-hostile", {"decision": "approve"}, key=OTHER_OPERATOR_KEY)
+    assert status == 404 and body["error"] == "not_found"  # globex's key: no such request there
+    for bad in ({"decision": "maybe"}, {"decision": "approve", "extra": 1}, "approve", None,
+                {"decision": "approve", "reason": "x" * 100_000}):
+        status, body = await qapi.submit("q-hostile", bad, key=KEYS["bob"])
+        assert status in (413, 422), (bad, status, body)
+    got = (await qapi.call("GET", f"/v1/requests/{req['id']}"))[1]
+    assert got["status"] == "pending" and got["votes"] == []
+
+
+async def test_a_secret_shaped_reason_is_redacted_in_the_vote(qapi: Api) -> None:
+    req = await qapi.create(approval("q-secret", 2))
+    await vote(qapi, "q-secret", "alice", "approve", reason="ok, token ghp_" + "a" * 36)
+    got = (await qapi.call("GET", f"/v1/requests/{req['id']}"))[1]
+    assert "ghp_" + "a" * 36 not in got["votes"][0]["reason"]
+
+
+async def test_on_timeout_reject_ends_an_undecided_quorum_keeping_the_votes(qapi: Api) -> None:
+    req = await qapi.create(approval("q-late", 2, on_timeout="reject", timeout_seconds=1))
+    await vote(qapi, "q-late", "carol", "approve")
+    done = await qapi.wait(req["id"], 15)
+    assert done["status"] == "answered" and done["timed_out"] and done["response"]["decision"] == "reject"
+    assert [v["person"] for v in done["votes"]] == ["carol"]  # the vote stays on the record
+    status, body = await vote(qapi, "q-late", "dave", "approve")
+    assert status == 410 and body["error"] == "expired"

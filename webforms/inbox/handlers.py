@@ -54,7 +54,15 @@ from handraise.webforms.inbox.session import (
 )
 from handraise.webforms.looks import Asset, Theme
 from handraise.webforms.pages import FormPage
-from handraise.webforms.render import CSRF_FIELD, answer_schema, field_views, form_specs, parse_form, split_errors
+from handraise.webforms.render import (
+    CSRF_FIELD,
+    answer_schema,
+    field_views,
+    form_specs,
+    parse_form,
+    read_only_proposal,
+    split_errors,
+)
 
 if TYPE_CHECKING:
     from handraise.webforms.connector import WebFormsChannel
@@ -348,7 +356,8 @@ class Inbox:
                             csrf=csrf_for(await self.service.server_secret(), session.id),
                             seconds_left=view.expires_at - self.service.clock(), expires_at=view.expires_at,
                             approval=view.kind == "approval", sensitive=view.sensitive,
-                            general_errors=general, action=f"/inbox/r/{view.id}")
+                            general_errors=general, action=f"/inbox/r/{view.id}",
+                            proposal=read_only_proposal(view))
         entries = await self.service.journal_entries(tenant_id=session.tenant_id, request_id=view.id)
         fields = list(form.fields) if form else []
         return await self._page(
