@@ -314,3 +314,13 @@ async def test_on_timeout_reject_ends_an_undecided_quorum_keeping_the_votes(qapi
     assert [v["person"] for v in done["votes"]] == ["carol"]  # the vote stays on the record
     status, body = await vote(qapi, "q-late", "dave", "approve")
     assert status == 410 and body["error"] == "expired"
+
+
+async def test_the_person_it_is_asked_for_never_counts_but_may_reject(qapi: Api) -> None:
+    req = await qapi.create(approval("q-own", 2, on_behalf_of="alice"))
+    assert (await vote(qapi, "q-own", "alice", "approve"))[0] == 403
+    assert (await vote(qapi, "q-own", "bob", "approve"))[1]["status"] == "pending"
+    status, body = await vote(qapi, "q-own", "alice", "reject", reason="not any more")
+    assert status == 200 and body["status"] == "answered"
+    done = await qapi.wait(req["id"])
+    assert done["response"]["decision"] == "reject" and done["response"]["reason"] == "not any more"
