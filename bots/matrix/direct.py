@@ -152,9 +152,14 @@ class DirectMessages(HomeserverCalls):
         return True
 
     async def _still_there(self, room_id: str, user_id: str) -> bool:
+        """Whether the person is still in the room (or invited) and it is not end-to-end encrypted: the bot
+        could not read their answers there, so an encrypted one gives way to a new room."""
         response = await self.client.room_get_state_event(room_id, "m.room.member", user_id)
-        return isinstance(response, RoomGetStateEventResponse) and \
-            (response.content or {}).get("membership") in ("join", "invite")
+        if not (isinstance(response, RoomGetStateEventResponse)
+                and (response.content or {}).get("membership") in ("join", "invite")):
+            return False
+        encryption = await self.client.room_get_state_event(room_id, "m.room.encryption")
+        return not isinstance(encryption, RoomGetStateEventResponse)
 
     async def _account_data(self, event_type: str) -> dict[str, Any]:
         status, body = await self._raw("GET", self._account_data_path(event_type))

@@ -216,3 +216,33 @@ async def test_instances_opening_a_direct_room_at_once_agree_on_one(world: World
         assert len(invites) == 2 and rooms[0] in invites
         assert [r for r in invites if r in joined] == [rooms[0]]
         assert await first._open_direct(alice.user_id) == rooms[0]
+
+
+async def test_a_direct_room_its_person_encrypted_gives_way_and_reminders_reach_the_direct_card(
+        world: World) -> None:
+    alice, bot = world.alice, world.bot_id
+    settings = world.settings(assigned_delivery="direct", remind_after_seconds=1)
+    async with running_app(settings, connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        first = await ask(api, "Before the encryption?", assign_to=["alice"])
+        dm = (await deliveries(api, first))[alice.user_id]["ref"]["room_id"]
+        assert await alice.direct_room_from(bot) == dm
+        card = await alice.expect(dm, is_card(bot, "Before the encryption?"), what="the first card")
+        reminder = await alice.expect(dm, lambda e: e.get("sender") == bot and "Reminder" in
+                                      str((e.get("content") or {}).get("body")), what="the reminder in the DM")
+        assert reminder["content"]["m.relates_to"]["event_id"] == card["event_id"]
+        assert not reminder["content"].get("m.mentions", {}).get("user_ids")
+
+        # Alice turns encryption on: the bot could not read her answers there any more.
+        sent = await alice.client.room_put_state(dm, "m.room.encryption", {"algorithm": "m.megolm.v1.aes-sha2"})
+        assert sent.__class__.__name__ == "RoomPutStateResponse", sent
+        second = await ask(api, "After the encryption?", assign_to=["alice"])
+        rows = await deliveries(api, second)
+        fresh = rows[alice.user_id]["ref"]["room_id"]
+        assert rows[alice.user_id]["status"] == "sent" and fresh != dm
+        await alice.sync()
+        assert sorted(r for r, sender in alice.invited_by.items() if sender == bot) == sorted([dm, fresh])
+        await alice.join(fresh)
+        card = await alice.expect(fresh, is_card(bot, "After the encryption?"), what="the card in the new room")
+        await alice.reply(fresh, card, "readable")
+        assert (await api.wait(second["id"], timeout=30))["response"] == "readable"
