@@ -424,6 +424,8 @@ async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog:
     # cache: the long-poll the first instance left behind would return just the
     # first event of the gap. Another timeout makes the restarted bot see the gap.
     restarted = world.settings(sync_timeout_ms=29000)
+    # The first instance may have paged in events of its own (its cards and reactions in one sync).
+    logged = len(caplog.records)
     async with running_app(restarted, connector_classes=[SmallTimelineConnector]) as api:
         await started(api)
         done = await api.wait(second["id"], timeout=30)
@@ -437,7 +439,7 @@ async def test_restart_neither_replays_nor_loses_an_answer(world: World, caplog:
         assert replayed == []
         entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=first["id"])
         assert [e["event"] for e in entries].count("answered") == 1
-        paged = [r for r in caplog.records if r.getMessage() == "matrix: paged in missed events"]
+        paged = [r for r in caplog.records[logged:] if r.getMessage() == "matrix: paged in missed events"]
         assert paged and paged[0].count >= 3  # the gap was longer than one sync's timeline
 
 
