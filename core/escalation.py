@@ -66,6 +66,12 @@ class Escalator:
 
     def __init__(self, service: RequestService) -> None:
         self.service = service
+        # A step reached on another instance arrives as a NOTIFY: its data is the request as it stands.
+        service.bus.register_loader(REQUEST_SCHEDULED, self._load_event_data)
+
+    async def _load_event_data(self, tenant_id: str, request_id: str) -> dict[str, Any] | None:
+        row = await self.service.store.get_request(tenant_id, request_id)
+        return None if row is None else RequestView.from_row(row).event_json()
 
     async def run_due(self) -> int:
         """Reach every step and send every reminder due now; how many requests moved on."""
@@ -110,9 +116,15 @@ class Escalator:
                 entry = await store.append_journal(conn, tenant_id=tenant_id, event="reminder_due",
                                                    request_id=request_id, run_id=view.run_id, at=now)
                 seq = entry.seq
+            if step.reached:
+                # Other instances' inboxes show the request to the people it now reaches (their dispatchers
+                # do nothing: only this instance's acts on it).
+                await store.notify(conn, {"type": REQUEST_SCHEDULED, "tenant_id": tenant_id, "id": request_id,
+                                          "run_id": view.run_id, "origin": service.bus.instance_id, "seq": seq})
         log.info("schedule advanced", extra={"request_id": request_id, "steps": [i + 1 for i in step.reached],
                                              "remind": step.remind})
+        after = RequestView.from_row({**row, **values})
         service.bus.publish(Event(REQUEST_SCHEDULED, tenant_id, request_id,
-                                  {"reached": [i + 1 for i in step.reached], "remind": step.remind},
-                                  view.run_id, seq=seq))
+                                  {**after.event_json(), "reached": [i + 1 for i in step.reached],
+                                   "remind": step.remind}, view.run_id, seq=seq))
         return True

@@ -30,8 +30,9 @@ RUN_ANNOTATED = "run.annotated"
 # Internal, not on ``GET /v1/events``: a person opened a request's form or first tried to answer
 # (``opened_at``/``interacted_at``); the HITL-protocol event stream turns it into review.opened/in_progress.
 REQUEST_PROGRESS = "request.progress"
-# Internal: the clock reached a request's escalation step(s) or a reminder (core/escalation.py); the
-# dispatcher of the instance that reached it reaches the people and pings the places.
+# Internal, not on ``GET /v1/events``: the clock reached a request's escalation step(s) or a reminder
+# (core/escalation.py); the dispatcher of the instance that reached it reaches the people and pings the
+# places, and the inbox shows the request to the people a step added.
 REQUEST_SCHEDULED = "request.scheduled"
 # A person voted on a quorum request (core/quorum.py): the request with its votes so far.
 REQUEST_VOTED = "request.voted"
@@ -154,7 +155,8 @@ class EventBus:
 
 
 # Journal entries that are events: the entry's event name -> the event type.
-JOURNAL_EVENTS = {"created": REQUEST_CREATED, "voted": REQUEST_VOTED, "answered": REQUEST_RESOLVED,
+JOURNAL_EVENTS = {"created": REQUEST_CREATED, "voted": REQUEST_VOTED, "escalated": REQUEST_SCHEDULED,
+                  "answered": REQUEST_RESOLVED,
                   "expired": REQUEST_RESOLVED,
                   "cancelled": REQUEST_RESOLVED, "annotation_recorded": RUN_ANNOTATED}
 

@@ -268,3 +268,29 @@ async def test_a_retry_with_the_same_schedule_is_the_same_request_and_another_is
     assert status == 200 and again["id"] == first["id"]
     status, data = await api.call("POST", "/v1/requests", json={**body, "escalation": STEPS[:1]})
     assert status == 409 and data["error"] == "conflict"
+
+
+# -- several instances on one PostgreSQL ---------------------------------------------------------
+
+
+async def test_two_instances_sweeping_reach_a_step_once_and_both_hear_of_it(pg_url: str) -> None:
+    from handraise.core.events import REQUEST_SCHEDULED
+
+    config = base_config(pg_url)
+    config["tenants"][0]["people"] = PEOPLE
+    settings = settings_from(config)
+    async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
+        created = await a.create(approval(assign_to=["alice"], escalation=STEPS[:1]))
+        heard: dict[str, asyncio.Queue[Any]] = {"a": asyncio.Queue(), "b": asyncio.Queue()}
+        for name, api in (("a", a), ("b", b)):
+            api.app[SERVICE].bus.add_listener(
+                lambda ev, q=heard[name]: q.put_nowait(ev) if ev.type == REQUEST_SCHEDULED else None)
+            clocked(api).offset = 61
+        moved = await asyncio.gather(*(api.app[SERVICE].escalations.run_due() for api in (a, b, a, b)))
+        assert sum(moved) == 1
+        assert len(await journal(a, created["id"], "escalated")) == 1
+        # The instance that reached it, and the other through NOTIFY (its dispatcher does not act on it).
+        events = [await asyncio.wait_for(q.get(), 10) for q in heard.values()]
+        assert sorted(ev.local for ev in events) == [False, True]
+        for ev in events:
+            assert ev.object_id == created["id"] and ev.data["assign_to"] == ["alice", "group:secondary"]

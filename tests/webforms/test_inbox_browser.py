@@ -322,11 +322,14 @@ async def test_sign_in_refusals_in_the_browser(tmp_path: Path, page: Any) -> Non
             await other.close()
 
 
+# Acme lists Alice and Bob as its people (assignment and escalation name them).
+PEOPLE = {"tenants": [{**base_config("sqlite://")["tenants"][0],
+                       "people": [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}]},
+                      base_config("sqlite://")["tenants"][1]]}
+
+
 async def test_a_live_list_adds_no_card_for_a_request_assigned_to_others(tmp_path: Path, page: Any) -> None:
-    people = {"tenants": [{**base_config("sqlite://")["tenants"][0],
-                           "people": [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}]},
-                          base_config("sqlite://")["tenants"][1]]}
-    async with inbox(tmp_path, extra=people) as hosted:
+    async with inbox(tmp_path, extra=PEOPLE) as hosted:
         problems = watch(page)
         await sign_in(page, hosted, "alice")
         async with page.expect_response(lambda r: "/inbox/api/requests/" in r.url) as fetched:
@@ -336,5 +339,22 @@ async def test_a_live_list_adds_no_card_for_a_request_assigned_to_others(tmp_pat
         hers = await hosted.ask(kind="approval", assign_to=["alice"])
         await card_appears(page, hers["id"])
         assert await page.locator(f'li.card[data-id="{bobs["id"]}"]').count() == 0
+        assert await page.title() == "(1) Inbox · Handraise"
+        assert problems == []
+
+
+async def test_an_escalation_step_adds_the_card_for_the_people_it_reaches(tmp_path: Path, page: Any) -> None:
+    async with inbox(tmp_path, extra=PEOPLE) as hosted:
+        problems = watch(page)
+        await sign_in(page, hosted, "bob")
+        async with page.expect_response(lambda r: "/inbox/api/requests/" in r.url) as fetched:
+            req = await hosted.ask(kind="approval", timeout_seconds=600, assign_to=["alice"],
+                                   escalation=[{"after_seconds": 60, "to": ["bob"]}])
+        assert (await (await fetched.value).json())["may_answer"] is False
+        assert await page.locator(f'li.card[data-id="{req["id"]}"]').count() == 0
+        service = hosted.app[SERVICE]
+        service.clock = lambda: time.time() + 61
+        await service.sweep()
+        await card_appears(page, req["id"])
         assert await page.title() == "(1) Inbox · Handraise"
         assert problems == []

@@ -35,7 +35,7 @@ from handraise.core.errors import (
     RequestCancelledError,
     UnauthorizedError,
 )
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED
 from handraise.core.http.events import resume_point, serve_stream
 from handraise.core.inbox import InboxSession
 from handraise.core.names import display_name
@@ -262,9 +262,11 @@ class Inbox:
         return _json({**self.card(view), "may_answer": self.service.may_answer(view, session.principal)})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        """The tenant's request events, as ``GET /v1/events`` streams them, for this session."""
+        """The tenant's request events, as ``GET /v1/events`` streams them, for this session; and
+        ``request.scheduled``: an escalation step may have added this session's person to who answers."""
         session = await self._required(request)
-        return await serve_stream(request, tenant_id=session.tenant_id, types={REQUEST_CREATED, REQUEST_RESOLVED},
+        return await serve_stream(request, tenant_id=session.tenant_id,
+                                  types={REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED},
                                   after=resume_point(request))
 
     async def favicon(self, request: web.Request) -> web.Response:

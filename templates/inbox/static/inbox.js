@@ -150,15 +150,18 @@
   function track(e) { if (e.lastEventId) { lastId = e.lastEventId; } }
   function connect() {
     stream = new EventSource(list.getAttribute("data-events") + "?after=" + encodeURIComponent(lastId));
-    stream.addEventListener("request.created", function (e) {
+    function arrived(e) {
       track(e);
       var data = JSON.parse(e.data);
-      if (data.status !== "pending") { return; }
+      if (data.status !== "pending" || find(data.id)) { return; }
       // The event carries the request; the card wants its asker's name and deliveries too.
       fetch("/inbox/api/requests/" + encodeURIComponent(data.id), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : null; })
         .then(function (c) { if (c && c.may_answer !== false) { added(c); } });
-    });
+    }
+    stream.addEventListener("request.created", arrived);
+    // An escalation step reached: the request may now be this person's to answer too.
+    stream.addEventListener("request.scheduled", arrived);
     stream.addEventListener("request.resolved", function (e) { track(e); removed(JSON.parse(e.data).id); });
     stream.addEventListener("open", function () { retry = 1000; });
     stream.addEventListener("error", function () {
