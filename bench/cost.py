@@ -24,6 +24,7 @@ import asyncio
 import cProfile
 import contextlib
 import io
+import os
 import pstats
 import sys
 import threading
@@ -189,7 +190,7 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
         }
         if profile:
             buf = io.StringIO()
-            pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(profile)
+            pstats.Stats(profiler, stream=buf).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(profile)
             result["profile"] = buf.getvalue()
         return result
 

@@ -46,6 +46,7 @@ from handraise.core.errors import (
     NotFoundError,
     NotPendingError,
     RequestCancelledError,
+    UnavailableError,
     UniqueIdReusedError,
     ValidationFailedError,
 )
@@ -610,6 +611,10 @@ class RequestService:
                 await self.sweep()
             except asyncio.CancelledError:
                 raise
+            except UnavailableError:
+                # The database is restarting or out of reach: one line a tick, not a traceback; the
+                # next tick does what this one could not (nothing is lost by skipping).
+                log.warning("sweep skipped: the store does not answer")
             except Exception:
                 log.exception("sweep failed")
             await asyncio.sleep(interval)

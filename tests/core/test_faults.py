@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import signal
@@ -163,7 +164,7 @@ async def test_kill_9_of_an_instance_its_waiting_agent_reattaches_to_another_and
 
 
 async def test_postgresql_dropping_and_refusing_connections_is_503_then_every_instance_recovers(
-        pg_url: str) -> None:
+        pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """What a restart of PostgreSQL does to the instances (without restarting the machine's shared
     server): every connection drops, new ones are refused for a while, then it is back. Meanwhile
     the API answers 503 ``unavailable`` (which clients retry), never a 500; afterwards both instances
@@ -187,6 +188,13 @@ async def test_postgresql_dropping_and_refusing_connections_is_503_then_every_in
                 status, answer = await api.call(method, path, json=data, key=key)
                 assert status == 503 and answer["error"] == "unavailable", (method, path, status, answer)
         assert not waiting.done()
+        # The sweepers (every 0.1 s here) skip their ticks with one line each, no traceback.
+        caplog.set_level(logging.WARNING, logger="handraise.core.service")
+        deadline = time.monotonic() + 10
+        while not any(r.getMessage() == "sweep skipped: the store does not answer" for r in caplog.records):
+            assert time.monotonic() < deadline, "no sweep ran while the database was away"
+            await asyncio.sleep(0.05)
+        assert not [r for r in caplog.records if r.getMessage() == "sweep failed"]
         for proxy in (proxy_a, proxy_b):
             await proxy.restore()
         deadline = time.monotonic() + 30
