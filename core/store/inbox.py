@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, insert, select, update
 
 from handraise.core.models import InboxSessionRow, InboxSigninRow, JournalRow, RequestRow
+from handraise.core.store.listing import tenant_requests
 from handraise.core.store.units import StoreConnection, all_rows, first, rowcount, scalar
 
 requests_t = RequestRow.__table__
@@ -70,19 +71,8 @@ class InboxRecords:
                             until: float | None = None, unexpired_at: float | None = None, offset: int = 0,
                             limit: int = 50) -> list[dict[str, Any]]:
         """The tenant's requests, newest first, filtered as the inbox's list and history ask."""
-        stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id, requests_t.c.status.in_(statuses))
-        if run_id is not None:
-            stmt = stmt.where(requests_t.c.run_id == run_id)
-        if channel is not None:
-            stmt = stmt.where(requests_t.c.resolved_via == channel)
-        if created_by is not None:
-            stmt = stmt.where(requests_t.c.created_by == created_by)
-        if since is not None:
-            stmt = stmt.where(requests_t.c.created_at >= since)
-        if until is not None:
-            stmt = stmt.where(requests_t.c.created_at < until)
-        if unexpired_at is not None:
-            stmt = stmt.where(requests_t.c.expires_at > unexpired_at)
+        stmt = tenant_requests(tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by,
+                               since=since, until=until, unexpired_at=unexpired_at)
         stmt = stmt.order_by(requests_t.c.created_at.desc(), requests_t.c.id.desc()).offset(offset).limit(limit)
         return await self._read(all_rows, stmt)
 

@@ -43,6 +43,7 @@ from handraise.core.serversecret import ServerSecret
 from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import Leadership, lock_key
+from handraise.core.store.listing import tenant_requests
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
@@ -231,11 +232,7 @@ def list_requests_statement(tenant_id: str, *, status: str | None, run_id: str |
     an index whichever filter is given (migration 0009): (tenant, created), (tenant, status, created) or
     (tenant, run, created); a page costs the same at a million rows, first or deep. Ids break ties of
     equal times, so the order is total and a page boundary never skips or repeats a row."""
-    stmt = select(requests_t).where(requests_t.c.tenant_id == tenant_id)
-    if status is not None:
-        stmt = stmt.where(requests_t.c.status == status)
-    if run_id is not None:
-        stmt = stmt.where(requests_t.c.run_id == run_id)
+    stmt = tenant_requests(tenant_id, statuses=None if status is None else (status,), run_id=run_id)
     if after is not None:
         created_at, request_id = after
         # The >= bound is what the index range starts from; the OR then drops the rows up to the cursor.
