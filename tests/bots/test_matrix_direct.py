@@ -8,6 +8,7 @@ still the room's card; a person with no Matrix id is reached in the room only.""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import pytest
 from conftest import Api, base_config, running_app, settings_from
 
 from handraise.bots.matrix import MatrixConnector
+from handraise.bots.matrix.cards import THUMBS_UP
 from handraise.bots.matrix.direct import DIRECT_ROOMS
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
@@ -246,3 +248,24 @@ async def test_a_direct_room_its_person_encrypted_gives_way_and_reminders_reach_
         card = await alice.expect(fresh, is_card(bot, "After the encryption?"), what="the card in the new room")
         await alice.reply(fresh, card, "readable")
         assert (await api.wait(second["id"], timeout=30))["response"] == "readable"
+
+
+async def test_an_escalation_step_reaches_its_people_in_their_direct_rooms(world: World) -> None:
+    alice, bob, bot, room = world.alice, world.bob, world.bot_id, world.room_id
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        request = await ask(api, "Escalate to Bob?", kind="approval", timeout_seconds=600, assign_to=["alice"],
+                            escalation=[{"after_seconds": 60, "to": ["bob"]}])
+        assert set(await deliveries(api, request)) == {room, alice.user_id}
+        service = api.app[SERVICE]
+        service.clock = lambda: time.time() + 61  # the step is due
+        await service.sweep()
+        rows = await deliveries(api, request)
+        assert set(rows) == {room, alice.user_id, bob.user_id} and rows[bob.user_id]["status"] == "sent"
+        dm = await bob.direct_room_from(bot)
+        assert dm == rows[bob.user_id]["ref"]["room_id"]
+        card = await bob.expect(dm, is_card(bot, "Escalate to Bob?"), what="the card in Bob's DM")
+        await bob.react(dm, card["event_id"], THUMBS_UP)
+        done = await api.wait(request["id"], timeout=30)
+        assert (done["response"], done["answered_by"]) == ({"decision": "approve"}, f"matrix:{bob.user_id}")
+        await bob.expect(dm, is_edit_of(card["event_id"], bot, "Approved by Bob Builder"), what="the DM edit")
