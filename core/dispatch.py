@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # Refs of reminder messages are kept inside the original delivery's ref under this key.
 REMINDER_REFS = "_reminders"
 _LEADER = "dispatch-recovery"
+# Tally edits one message gets in a row while votes keep coming in (each shows the newest tally).
+_TALLY_EDITS = 8
 
 
 class Dispatcher:
@@ -415,28 +417,35 @@ class Dispatcher:
     async def _show_votes_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
                               ref: dict[str, Any]) -> None:
         """Edit one message to the tally as it stands, holding the same claim a withdrawal takes, so an
-        outcome is never overwritten by an older tally; once that claim is given back, a request
-        resolved meanwhile is withdrawn here (its own withdraw pass found the message claimed)."""
+        outcome is never overwritten by an older tally. Once the claim is given back: a request resolved
+        meanwhile is withdrawn here (its own withdraw pass found the message claimed), and a vote counted
+        meanwhile is shown by another edit (its own edit found the message claimed and gave up)."""
         store = self.service.store
-        now = self.service.clock()
-        if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
-            return
-        try:
-            current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
-            if not current.terminal:
-                await connector.show_votes(current, target=target, ref=_main_ref(ref))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            # Not retried: the next vote or the outcome edits the message again.
-            log.warning("tally edit failed", extra={"request_id": view.id, "channel": connector.name,
-                                                    "error": _error_text(_as_connector_error(e))[:200]})
-        finally:
-            with contextlib.suppress(Exception):
-                await store.release_withdrawal(delivery_id, now=self.service.clock())
-        after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
-        if after.terminal:
-            await self._withdraw_one(connector, after, target, delivery_id, ref)
+        for _ in range(_TALLY_EDITS):
+            now = self.service.clock()
+            if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
+                return
+            shown = None
+            try:
+                current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+                if not current.terminal:
+                    await connector.show_votes(current, target=target, ref=_main_ref(ref))
+                    shown = current.votes_version
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                # Not retried now: the next vote or the outcome edits the message again.
+                log.warning("tally edit failed", extra={"request_id": view.id, "channel": connector.name,
+                                                        "error": _error_text(_as_connector_error(e))[:200]})
+            finally:
+                with contextlib.suppress(Exception):
+                    await store.release_withdrawal(delivery_id, now=self.service.clock())
+            after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+            if after.terminal:
+                await self._withdraw_one(connector, after, target, delivery_id, ref)
+                return
+            if shown is None or after.votes_version == shown:
+                return
 
     # -- withdraw --------------------------------------------------------------
 

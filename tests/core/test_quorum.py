@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import AGENT_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, running_app, settings_from
 from sse import streams
 
-from handraise.core.appkeys import BUS, SERVICE
+from handraise.core.api import RequestView
+from handraise.core.appkeys import BUS, CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.connectors import Connector
 from handraise.core.events import REQUEST_VOTED
 
 PEOPLE = [
@@ -324,3 +326,50 @@ async def test_the_person_it_is_asked_for_never_counts_but_may_reject(qapi: Api)
     assert status == 200 and body["status"] == "answered"
     done = await qapi.wait(req["id"])
     assert done["response"]["decision"] == "reject" and done["response"]["reason"] == "not any more"
+
+
+class TallyConnector(Connector):
+    """A connector that records each tally it is asked to show; the first edit waits on a gate."""
+
+    name: ClassVar[str] = "tally"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shown: list[int] = []
+        self.editing = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.withdrawn: list[str] = []
+
+    def targets(self, tenant_id: str) -> list[str]:
+        return ["t1"] if tenant_id == "acme" else []
+
+    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
+        return {"message": 1}
+
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        self.editing.set()
+        await self.gate.wait()
+        self.shown.append(len(request.votes))
+
+    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        self.withdrawn.append(request.status)
+
+
+async def test_a_vote_counted_during_a_tally_edit_is_shown_by_the_next_edit(sqlite_url: str) -> None:
+    """Bob votes while Alice's tally is being edited in: his own edit finds the message claimed and
+    gives up, so the edit in progress edits once more with both votes, never leaving "1 of 3"."""
+    async with running_app(settings_from(quorum_config(sqlite_url)), connector_classes=[TallyConnector]) as api:
+        connector = api.app[CONNECTORS]["tally"]
+        req = await api.create(approval("q-edit", 3, channels=["tally"]))
+        await api.app[DISPATCHER].idle()
+        await vote(api, "q-edit", "alice", "approve")
+        await asyncio.wait_for(connector.editing.wait(), 10)
+        await vote(api, "q-edit", "bob", "approve")
+        connector.gate.set()
+        await api.app[DISPATCHER].idle()
+        assert connector.shown[-1] == 2 and connector.shown == sorted(connector.shown)
+        await vote(api, "q-edit", "carol", "approve")
+        await api.app[DISPATCHER].idle()
+        assert connector.withdrawn == ["answered"] and connector.shown[-1] == 2
+        rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=req["id"])
+        assert [r["status"] for r in rows] == ["withdrawn"]
