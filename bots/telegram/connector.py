@@ -1,7 +1,7 @@
 """The Telegram connector (python-telegram-bot 22): questions as messages with buttons, replies or a form link.
 
-Inbound answers (button taps, replies to a question) go through core's submit with the
-principal ``telegram:<user id>``; core validates, picks the one winner and journals.
+Inbound answers (button taps, replies to a question: ``inbound.py``) go through core's submit with
+the principal ``telegram:<user id>``; core validates, picks the one winner and journals.
 Polling runs on exactly one instance (a PostgreSQL advisory lock); webhook mode works
 on any instance behind ``/bots/telegram/webhook``.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 from typing import Any
 
@@ -27,19 +26,19 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.error import BadRequest, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
     CallbackQueryHandler,
     CommandHandler,
-    ContextTypes,
     MessageHandler,
     filters,
 )
 
 from handraise.bots.telegram import doctor
-from handraise.bots.telegram.errors import retry_seconds, scrub, wrap
+from handraise.bots.telegram.errors import scrub, wrap
+from handraise.bots.telegram.inbound import FORM_INTENT, TelegramInbound
 from handraise.bots.telegram.messages import (
     MAX_TEXT,
     answer_rows,
@@ -58,20 +57,14 @@ from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
 from handraise.core.config import Settings
-from handraise.core.outcomes import AnswerOutcome
-from handraise.core.ratings import rating_value
 from handraise.core.errors import ConfigError, ConnectorError
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-# Durable state: request id -> the private messages with a form link sent about it (their buttons go with it).
-SENT = "telegram.sent"
-# What a "Open form" button's token stands for: a personal link, handed out in a private chat.
-FORM_INTENT: dict[str, Any] = {"form": True}
 
 
-class TelegramConnector(ChatConnector[TelegramSettings]):
+class TelegramConnector(TelegramInbound):
     name = "telegram"
     settings_model = TelegramSettings
 
@@ -279,19 +272,6 @@ class TelegramConnector(ChatConnector[TelegramSettings]):
         except TelegramError as e:
             raise self._wrap(e) from e
 
-    async def _strip_private_links(self, view: RequestView) -> None:
-        """The private messages that carried a personal link lose their button: the request is over."""
-        kept = await self.service.get_state(SENT, view.id)
-        if not kept:
-            return
-        assert self._app is not None
-        for chat_id, message_id in json.loads(kept):
-            try:
-                await self._app.bot.edit_message_reply_markup(chat_id=chat_id, message_id=message_id,
-                                                              reply_markup=None)
-            except TelegramError as e:  # "not modified" (done already), or the person deleted it
-                self.log.debug("telegram: a private link message kept its state (%s)", type(e).__name__)
-
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:
         bot = await self._bot()
         chat_id = int(target)
@@ -372,178 +352,3 @@ class TelegramConnector(ChatConnector[TelegramSettings]):
 
     def _wrap(self, error: TelegramError) -> ConnectorError:
         return wrap(error, self.settings)
-
-    # -- inbound ---------------------------------------------------------------
-
-    async def _on_callback(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        query = update.callback_query
-        if query is None or query.from_user is None:
-            return
-        found = await self.service.resolve_chat_action(token=query.data or "", channel=self.name)
-        message = query.message
-        if found is not None and message is not None:
-            # The button must sit on a message posted about the same request. A message not
-            # recorded yet (a tap faster than the bot's own bookkeeping) has nothing to contradict.
-            posted = await self.service.lookup_message(channel=self.name,
-                                                       message_key=f"{message.chat.id}:{message.message_id}")
-            if posted is not None and posted != (found[0], found[1]):
-                found = None
-        if found is None:
-            await self._answer_query(query, wording.text("button_invalid"))
-            return
-        tenant_id, request_id, value = found
-        sender = sender_of(query.from_user)
-        rating = rating_value(value)
-        if rating is not None:
-            outcome = await self.ratings.rate(tenant_id=tenant_id, request_id=request_id, user_id=sender.user_id,
-                                              principal=sender.principal, rating=rating)
-        else:
-            outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                                  value=value)
-        # A callback answer is seen by the tapper only: the one private way to refuse in a group.
-        await self._answer_query(query, outcome.message, alert=not outcome.accepted)
-
-    async def _on_reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.effective_message
-        if message is None or message.reply_to_message is None or message.from_user is None:
-            return
-        chat_id = message.chat.id
-        found = await self.service.lookup_message(
-            channel=self.name, message_key=f"{chat_id}:{message.reply_to_message.message_id}")
-        if found is None:
-            return  # a reply to something that is not a question
-        tenant_id, request_id = found
-        sender = sender_of(message.from_user)
-        outcome = await self.answer_from_chat(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                              text=message.text, message=message)
-        view = outcome.view
-        if outcome.code == "not_found" or view is None:
-            return
-        if outcome.code == "not_authorized":
-            await self._tell_stranger(message, outcome, view, sender)
-        elif outcome.code in ("sensitive_removed", "sensitive_kept", "secret_removed", "secret_kept"):
-            # No button: a notice outlives the request; "Open form" on the question is the way in.
-            text = outcome.message + " Use “Open form” on the question."
-            if outcome.code.endswith("_kept"):
-                await self._reply(message, text, view)
-            else:
-                await self._safe(self._app.bot.send_message(chat_id, text) if self._app else _none())
-        else:
-            await self._reply(message, outcome.message, view)
-
-    async def _tell_stranger(self, message: Message, outcome: AnswerOutcome, view: RequestView,
-                             sender: Sender) -> None:
-        """Once per request and person, privately when Telegram lets the bot (they started it), else
-        as one reply in the chat: a group is not told again each time a stranger speaks."""
-        if not await self.first_time_told(view, sender):
-            return
-        assert self._app is not None
-        try:
-            await self._app.bot.send_message(int(sender.user_id), outcome.message)
-            return
-        except TelegramError:
-            pass  # a person who never started the bot cannot be written to first
-        # Their message may be gone already (removed as secret-shaped): then no quote.
-        await self._safe(self._app.bot.send_message(
-            message.chat.id, outcome.message,
-            reply_parameters=ReplyParameters(message_id=message.message_id, allow_sending_without_reply=True)))
-
-    async def _reply(self, message: Message, text: str, view: RequestView) -> None:
-        sent = await self._safe(message.reply_text(text, do_quote=True))
-        if sent is not None and not view.terminal:
-            # A reply to our explanation still answers the same question.
-            await self.service.remember_message(channel=self.name, message_key=f"{sent.chat.id}:{sent.message_id}",
-                                                tenant_id=view.tenant_id, request_id=view.id)
-
-    async def remove_message(self, message: Any) -> bool:
-        if message is None:
-            return False
-        try:
-            return bool(await message.delete())
-        except RetryAfter as e:
-            await asyncio.sleep(min(retry_seconds(e), 10))
-            with contextlib.suppress(TelegramError):
-                return bool(await message.delete())
-        except TelegramError as e:
-            # Without the right to delete others' messages in a group, Telegram refuses.
-            self.log.warning("could not delete a chat reply: %s", scrub(str(e), self.settings))
-        return False
-
-    async def _answer_query(self, query: Any, text: str, *, alert: bool = False) -> None:
-        await self._safe(query.answer(text, show_alert=alert))
-
-    async def _safe(self, call: Any) -> Any:
-        """Send a courtesy message; a failure (a rate limit included) is logged, not raised."""
-        try:
-            return await call
-        except RetryAfter as e:
-            self.log.warning("telegram rate limit on a notice; dropped (retry after %.0fs)", retry_seconds(e))
-        except TelegramError as e:
-            self.log.warning("telegram notice failed: %s", scrub(str(e), self.settings))
-        return None
-
-    async def _on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.effective_message
-        if message is None or message.from_user is None:
-            return
-        token = (context.args or [""])[0] if message.chat.type == "private" else ""
-        if token:
-            await self._send_personal_link(message, token)
-            return
-        # Helps an operator fill in chat_ids and allowed_user_ids.
-        await self._safe(message.reply_text(
-            f"Handraise bot. Your Telegram user id is {message.from_user.id}; this chat's id is {message.chat.id}."))
-
-    async def _send_personal_link(self, message: Message, token: str) -> None:
-        """``/start <token>`` in private, from a group's "Open form": this person's own link, if they may answer."""
-        found = await self.service.resolve_chat_action(token=token, channel=self.name)
-        if found is None or found[2] != FORM_INTENT:
-            await self._safe(message.reply_text(wording.text("button_invalid")))
-            return
-        tenant_id, request_id, _ = found
-        sender = sender_of(message.from_user)
-        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                           recipient=f"telegram user {sender.user_id}")
-        if outcome.url is None:
-            await self._safe(message.reply_text(outcome.message))
-            return
-        try:
-            sent = await message.reply_text(
-                outcome.message, reply_markup=InlineKeyboardMarkup([[InlineKeyboardButton("Open form",
-                                                                                          url=outcome.url)]]),
-                link_preview_options=LinkPreviewOptions(is_disabled=True))
-        except BadRequest:
-            # A URL button to a host Telegram deems invalid (a loopback public_url): the link as text.
-            sent = await self._safe(message.reply_text(f"{outcome.message}\n{outcome.url}",
-                                                       link_preview_options=LinkPreviewOptions(is_disabled=True)))
-            return  # no button to take away later
-        except TelegramError as e:
-            self.log.warning("telegram: the personal link was not sent (%s)", type(e).__name__)
-            return
-        if sent is not None:
-            entry = [sent.chat.id, sent.message_id]
-            # Atomic: two taps at once (here or on another instance) each keep their message.
-            await self.service.update_state(SENT, request_id,
-                                            lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
-                                            request_id=request_id)
-            view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-            if view.terminal:  # ended while the link was on its way: withdraw has run already
-                await self._strip_private_links(view)
-
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        # The update is not logged: it may hold a reply to a private question.
-        error = context.error
-        self.log.error("telegram update handling failed: %s", type(error).__name__,
-                       exc_info=(type(error), error, error.__traceback__) if error else None)
-
-
-def sender_of(user: Any) -> Sender:
-    """A Telegram user as core's Sender: ``telegram:<id>``, shown as "Alice Smith (@alice)"."""
-    name = " ".join(p for p in (user.first_name, user.last_name) if p) or f"user {user.id}"
-    if user.username:
-        name += f" (@{user.username})"
-    return Sender(str(user.id), f"telegram:{user.id}", name[:200])
-
-
-async def _none() -> None:
-    return None
