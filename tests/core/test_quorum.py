@@ -75,6 +75,7 @@ async def test_two_distinct_people_approve_and_the_result_lists_them(qapi: Api) 
     assert done["answered_by"] == "operator:bob"
     events = [e["event"] for e in await _journal(qapi, req["id"])]
     assert events == ["created", "voted", "voted", "answered"]
+    assert await qapi.app[SERVICE].store.verify_journal() == []  # the chain and the requests table agree
 
 
 async def test_the_same_person_counts_once_whatever_the_channel(qapi: Api) -> None:

@@ -71,8 +71,10 @@ class Inbox:
 
 @contextlib.asynccontextmanager
 async def inbox(tmp_path: Path, *, connectors: list[Any] | None = None,
-                extra: dict[str, Any] | None = None) -> AsyncIterator[Inbox]:
+                extra: dict[str, Any] | None = None, people: list[dict[str, Any]] | None = None) -> AsyncIterator[Inbox]:
     config = base_config(f"sqlite:///{tmp_path / 'inbox.db'}", server={"public_url": PUBLIC}, **(extra or {}))
+    if people is not None:
+        config["tenants"][0]["people"] = people
     config["tenants"][0]["name"] = "Acme Ops"
     config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
     app = await create_app(settings_from(config), connector_classes=[WebFormsChannel, *(connectors or [])])

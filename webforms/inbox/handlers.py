@@ -35,7 +35,7 @@ from handraise.core.errors import (
     RequestCancelledError,
     UnauthorizedError,
 )
-from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED
+from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED
 from handraise.core.http.events import resume_point, serve_stream
 from handraise.core.inbox import InboxSession
 from handraise.core.names import display_name
@@ -185,6 +185,8 @@ class Inbox:
             "created_at": iso(view.created_at), "expires_at": iso(view.expires_at),
             "seconds_left": max(0, int(view.expires_at - self.service.clock())),
             "href": f"/inbox/r/{view.id}",
+            # A quorum request's votes so far (core/quorum.py); "" for any other.
+            "tally": quorum.tally_text(self.settings, view),
         }
 
     def _signed_out(self, request: web.Request, *, status: int = 401) -> Awaitable[web.Response]:
@@ -266,7 +268,7 @@ class Inbox:
         ``request.scheduled``: an escalation step may have added this session's person to who answers."""
         session = await self._required(request)
         return await serve_stream(request, tenant_id=session.tenant_id,
-                                  types={REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED},
+                                  types={REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED},
                                   after=resume_point(request))
 
     async def favicon(self, request: web.Request) -> web.Response:

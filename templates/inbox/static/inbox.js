@@ -87,6 +87,7 @@
     facts.appendChild(document.createTextNode(" "));
     facts.appendChild(left);
     li.appendChild(facts);
+    if (c.tally) { li.appendChild(el("p", "tally", c.tally)); }
     var ul = el("ul", "deliveries");
     ul.setAttribute("aria-label", "Channels");
     c.channels.forEach(function (ch) {
@@ -163,6 +164,21 @@
     // An escalation step reached: the request may now be this person's to answer too.
     stream.addEventListener("request.scheduled", arrived);
     stream.addEventListener("request.resolved", function (e) { track(e); removed(JSON.parse(e.data).id); });
+    // A vote on a quorum request: its card shows the new tally.
+    stream.addEventListener("request.voted", function (e) {
+      track(e);
+      var data = JSON.parse(e.data);
+      var card = find(data.id);
+      if (data.status !== "pending" || !card) { return; }
+      fetch("/inbox/api/requests/" + encodeURIComponent(data.id), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (c) {
+          if (!c || !c.tally) { return; }
+          var line = card.querySelector(".tally");
+          if (!line) { line = el("p", "tally"); card.insertBefore(line, card.querySelector(".deliveries")); }
+          line.textContent = c.tally;
+        });
+    });
     stream.addEventListener("open", function () { retry = 1000; });
     stream.addEventListener("error", function () {
       if (stream.readyState === EventSource.CLOSED) {
