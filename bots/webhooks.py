@@ -1,7 +1,8 @@
 """The generic outgoing webhook channel (``[[webhooks]]``): the bridge to SMS, mail or paging tools.
 
 Each configured endpoint receives ``request.created`` (with a fresh one-time form link)
-and ``request.resolved`` as signed JSON POSTs, retried like any delivery. The signature
+and ``request.resolved`` as signed JSON POSTs, retried like any delivery, and if it asks for it
+``request.voted`` on each vote of a quorum request (its tally so far). The signature
 and the POST itself are core's (``core/signedpost.py``), shared with request callbacks;
 ``sign`` and ``verify_signature`` are re-exported here for receivers that import them from this module.
 """
@@ -25,6 +26,7 @@ from handraise.core.signedpost import (
     RESOLVED,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    VOTED,
     envelope,
     post_signed,
     sign,
@@ -44,7 +46,7 @@ class WebhookEndpoint(BaseModel):
     url: str
     secret: SigningSecret
     tenants: list[str] = Field(min_length=1)
-    events: list[Literal["request.created", "request.resolved"]] = Field(
+    events: list[Literal["request.created", "request.resolved", "request.voted"]] = Field(
         default_factory=lambda: [CREATED, RESOLVED], min_length=1)
     timeout_seconds: float = Field(default=10.0, gt=0, le=60)
 
@@ -119,6 +121,13 @@ class WebhookConnector(Connector[WebhookSettings]):
         endpoint = self._endpoint(target)
         if RESOLVED in endpoint.events:
             await self._post(endpoint, self._envelope(RESOLVED, request, endpoint))
+
+    async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        endpoint = self._endpoint(target)
+        if VOTED in endpoint.events:
+            # One delivery id per tally: a receiver dedupes retries, not the next vote.
+            await self._post(endpoint, envelope(VOTED, request, delivery_id=(
+                f"{request.id}:{endpoint.id}:{VOTED}:{request.votes_version}")))
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:
         return None  # the receiver owns its own follow-ups

@@ -32,6 +32,8 @@ DELIVERY_HEADER = "X-Handraise-Delivery"
 REPLAY_WINDOW_SECONDS = 300
 CREATED = "request.created"
 RESOLVED = "request.resolved"
+# A vote on a quorum request (core/quorum.py); webhooks receive it when they ask for it.
+VOTED = "request.voted"
 # Worth another try: the receiver is busy, rate-limiting or briefly down. Any other 4xx is final.
 _RETRYABLE = frozenset({408, 425, 429})
 

@@ -183,3 +183,27 @@ def test_duplicate_ids_and_enabling() -> None:
     assert not WebhookConnector.is_enabled(settings_from(base_config("sqlite:///u.db", webhooks=[])))
     assert not WebhookConnector.is_enabled(settings_from(base_config("sqlite:///u.db",
                                                                      webhooks=[{**raw, "enabled": False}])))
+
+
+async def test_a_quorum_request_tells_each_vote_to_an_endpoint_that_asks(tmp_path: Path, receiver: Receiver) -> None:
+    config = base_config(f"sqlite:///{tmp_path / 'wh.db'}", webhooks=[
+        endpoint(receiver, events=["request.created", "request.voted", "request.resolved"]),
+        endpoint(receiver, id="audit", url=receiver.url("/audit"))])
+    config["tenants"][0]["people"] = [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}]
+    async with running_app(settings_from(config), connector_classes=[WebhookConnector]) as api:
+        request = await api.create(ask("wh-q", kind="approval", approvals_required=2))
+        await receiver.wait_for("request.created", count=2)
+        await api.app[DISPATCHER].idle()
+        await api.app[SERVICE].submit(tenant_id="acme", request_id=request["id"], response={"decision": "approve"},
+                                      principal="person:alice", channel="web")
+        [voted] = await receiver.wait_for("request.voted")
+        assert_signed(voted)
+        assert voted.json["delivery_id"] == f"{request['id']}:pager:request.voted:1"
+        assert [v["person"] for v in voted.json["request"]["votes"]] == ["alice"]
+        await api.app[SERVICE].submit(tenant_id="acme", request_id=request["id"], response={"decision": "approve"},
+                                      principal="person:bob", channel="web")
+        resolved = await receiver.wait_for("request.resolved", count=2)
+        assert {len(hit.json["request"]["response"]["votes"]) for hit in resolved} == {2}
+        await api.app[DISPATCHER].idle()
+        # The audit endpoint kept the default events: no vote reached it; the pager heard one.
+        assert [h.json["event"] for h in receiver.hits].count("request.voted") == 1
