@@ -23,12 +23,17 @@ CanonicalizationError = rfc8785.CanonicalizationError
 
 # Integers JCS spells as Python does: those an IEEE double holds exactly.
 _SAFE_INT = 2**53 - 1
+# Floats JCS spells as Python's repr does: both write the shortest digits that read back as the same
+# double, and both in plain decimal notation between these bounds (Python from 1e-4 to 1e16,
+# ECMAScript from 1e-6 to 1e21). An integral float is not one of them ("1.0" against JCS's "1").
+_PLAIN_FLOAT_MIN, _PLAIN_FLOAT_MAX = 1e-4, 1e16
 
 
 def _spelled_alike(value: object) -> bool:
     """True when ``json.dumps`` (sorted keys, no spaces) writes ``value`` exactly as RFC 8785 does: ASCII
     strings (code-point and UTF-16 orders agree, no surrogates; the escapes are the same), safe integers,
-    booleans, null, lists and objects. Floats and other text take the full RFC 8785 path."""
+    fractional floats of plain notation, booleans, null, lists and objects. Other floats and other
+    text take the full RFC 8785 path."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -46,6 +51,10 @@ def _spelled_alike(value: object) -> bool:
             continue
         elif type(item) is int:
             if not -_SAFE_INT <= item <= _SAFE_INT:
+                return False
+        elif type(item) is float:
+            # Times (epoch seconds with a fraction) and fractional numbers; NaN fails both bounds.
+            if not (_PLAIN_FLOAT_MIN <= abs(item) < _PLAIN_FLOAT_MAX) or item.is_integer():
                 return False
         else:
             return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 
 import pytest
 
@@ -146,7 +147,10 @@ def test_the_fast_path_spells_every_value_as_rfc8785_does():
         if kind == 2:
             return rng.choice([True, False, None])
         if kind == 3:
-            return rng.choice([1.0, 0.5, 1e21, -0.0, 333333333.33333329])
+            return rng.choice([1.0, 0.5, 1e21, -0.0, 333333333.33333329, 1e-4, 9.99e-5, 1e16, 9999999999999998.0,
+                               1794812971.385682, -0.1, 0.30000000000000004, 1e-7, 123456.789e10, 5e-324,
+                               rng.uniform(-1e6, 1e6), rng.uniform(0, 1) * 10 ** rng.randint(-8, 22),
+                               time.time()])
         if kind in (4, 5):
             return rng.choice(["123456", "approve", ""])
         if kind in (6, 7):
@@ -156,6 +160,11 @@ def test_the_fast_path_spells_every_value_as_rfc8785_does():
     for _ in range(3000):
         v = value(0)
         assert canonical_json(v) == rfc8785.dumps(v).decode("utf-8"), v
+    # Floats alone, across every binade the fast path takes and those around it.
+    for _ in range(20000):
+        f = rng.choice([1, -1]) * rng.uniform(1, 10) * 10.0 ** rng.randint(-9, 23)
+        assert canonical_json(f) == rfc8785.dumps(f).decode("utf-8"), f
+        assert canonical_json({"at": f}) == rfc8785.dumps({"at": f}).decode("utf-8"), f
     for bad in (2**53, {1: "x"}, float("nan"), "\ud800", {"k": ["\udfff"]}):
         with pytest.raises(CanonicalizationError):
             canonical_json(bad)
