@@ -169,15 +169,22 @@ def headline(view: RequestView, *, who: str | None = None, tz: dt.tzinfo | None 
 def tally(*, required: int, policy: str, approvers: list[str], rejecters: list[str],
           expected: list[str] | None) -> str:
     """A quorum request's votes so far: ``1 of 2 approved: Alice. Still expected: Bob, Carol.``"""
-    line = f"🗳 {len(approvers)} of {required} approved" + (f": {', '.join(approvers)}" if approvers else "")
+    line = f"🗳 {len(approvers)} of {required} approved" + (f": {_some(approvers)}" if approvers else "")
     if rejecters:
-        line += f"; {len(rejecters)} of {required} rejected: {', '.join(rejecters)}"
+        line += f"; {len(rejecters)} of {required} rejected: {_some(rejecters)}"
     line += "."
     if expected:
-        line += f" Still expected: {', '.join(expected)}."
+        line += f" Still expected: {_some(expected)}."
     if policy == "any":
         line += " One rejection rejects it."
     return line
+
+
+def _some(names: list[str], shown: int = 6) -> str:
+    """``Alice, Bob`` or, past ``shown`` names, ``Alice, … Frank and 3 more``: a tally stays one line."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
 
 
 def _quorum_by(view: RequestView) -> str:

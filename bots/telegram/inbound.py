@@ -25,6 +25,7 @@ from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes
 
 from handraise.bots.telegram.errors import retry_seconds, scrub
+from handraise.bots.telegram.messages import cut_utf16, utf16_len
 from handraise.bots.telegram.settings import TelegramSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
@@ -36,6 +37,9 @@ from handraise.core.ratings import rating_value
 SENT = "telegram.sent"
 # What a "Open form" button's token stands for: a personal link, handed out in a private chat.
 FORM_INTENT: dict[str, Any] = {"form": True}
+
+# What Telegram shows of a tap's answer at most (answerCallbackQuery: 0-200 characters).
+MAX_QUERY_ANSWER = 200
 
 
 class TelegramInbound(ChatConnector[TelegramSettings]):
@@ -138,6 +142,8 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
         return False
 
     async def _answer_query(self, query: Any, text: str, *, alert: bool = False) -> None:
+        if utf16_len(text) > MAX_QUERY_ANSWER:  # Telegram refuses a longer one, and the person would hear nothing
+            text = cut_utf16(text, MAX_QUERY_ANSWER - 1) + "…"
         await self._safe(query.answer(text, show_alert=alert))
 
     async def _safe(self, call: Any) -> Any:

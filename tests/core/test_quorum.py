@@ -374,3 +374,14 @@ async def test_a_vote_counted_during_a_tally_edit_is_shown_by_the_next_edit(sqli
         assert connector.withdrawn == ["answered"] and connector.shown[-1] == 2
         rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=req["id"])
         assert [r["status"] for r in rows] == ["withdrawn"]
+
+
+def test_a_long_tally_stays_one_short_line() -> None:
+    from handraise.core import wording
+
+    line = wording.tally(required=10, policy="quorum", approvers=[f"P{i}" for i in range(8)], rejecters=["R"],
+                         expected=[f"E{i}" for i in range(20)])
+    assert line == ("🗳 8 of 10 approved: P0, P1, P2, P3, P4, P5 and 2 more; 1 of 10 rejected: R. "
+                    "Still expected: E0, E1, E2, E3, E4, E5 and 14 more.")
+    assert wording.tally(required=2, policy="any", approvers=[], rejecters=[], expected=["Bob"]) == (
+        "🗳 0 of 2 approved. Still expected: Bob. One rejection rejects it.")
