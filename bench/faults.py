@@ -36,13 +36,12 @@ import json
 import os
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,6 @@ from servers import (  # noqa: E402
     ASK_KEY,
     PG_ADMIN_DSN,
     REPO,
-    TENANT,
     config_toml,
     free_port,
     machine,
@@ -174,8 +172,9 @@ async def cluster(tmp: Path, url: str, *, proxied: bool = True) -> AsyncIterator
 
 async def lock_holder(admin_url: str, instances: list[Instance]) -> int | None:
     """Which instance holds the Telegram polling lock (by the proxy its backend's connection came through)."""
-    import asyncpg
     import zlib
+
+    import asyncpg
 
     key = zlib.crc32(("leader:" + POLL_LOCK).encode()) & 0x7FFFFFFF
     conn = await asyncpg.connect(admin_url, timeout=5)

@@ -26,7 +26,7 @@ from harness.live import OPERATOR_KEY as LIVE_OPERATOR_KEY
 from harness.live import free_port, write_config
 from harness.pgproxy import StallableProxy
 
-from conftest import AGENT_KEY, OPERATOR_KEY, Api, base_config, running_app, settings_from
+from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings_from
 from handraise.core.appkeys import SERVICE, STORE
 
 STALL_SECONDS = 2.0
