@@ -397,7 +397,7 @@ class AnnotationService:
         """
         check_run_id(run_id)
         rows = await self.store.list_requests(tenant_id, run_id=run_id, limit=10_000)
-        deliveries = await self.store.deliveries_for_many(tenant_id, [r["id"] for r in rows])
+        deliveries = await self.store.deliveries.for_requests(tenant_id, [r["id"] for r in rows])
         requests = [_redacted_request(RequestView.from_row(r, deliveries=deliveries[r["id"]]).event_json())
                     for r in rows]
         journal = [

@@ -20,6 +20,7 @@ from handraise.core.appkeys import (
     BUS,
     CHANNELS,
     CONNECTORS,
+    DELIVERIES,
     DISPATCHER,
     HTTP_SESSION,
     INBOX,
@@ -35,6 +36,7 @@ from handraise.core.config import Settings
 from handraise.core.channels import Channel, load_enabled
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
+from handraise.core.deliveries import DeliveryLog
 from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
 from handraise.core.http import annotations as annotation_routes
@@ -109,7 +111,11 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     service.channel_serves.update({name: c.serves for name, c in channels.items()})
     # Callbacks are posted through the shared session, only where a tenant can have them.
     callbacks_on = any(t.callbacks is not None for t in settings.tenants)
-    app[DISPATCHER] = Dispatcher(service=service, connectors=connectors, http=http if callbacks_on else None)
+    # The service's clock as it reads at each call: a test that moves it moves the deliveries' too.
+    app[DELIVERIES] = deliveries = DeliveryLog(records=store.deliveries, clock=lambda: service.clock())
+    app[DISPATCHER] = Dispatcher(service=service, deliveries=deliveries, leadership=store.leadership,
+                                 cases=store.reviews, shared=store.is_postgres, connectors=connectors,
+                                 http=http if callbacks_on else None)
     app[DISPATCHER].on_delivery = metrics.on_delivery
 
     app.cleanup_ctx.append(_store_ctx)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from handraise.core.annotations import AnnotationService
     from handraise.core.channels import Channel
     from handraise.core.connectors import Connector
+    from handraise.core.deliveries import DeliveryLog
     from handraise.core.dispatch import Dispatcher
     from handraise.core.http.admission import WriteAdmission
     from handraise.core.http.auth import Keyring
@@ -33,6 +34,7 @@ KEYRING: web.AppKey[Keyring] = web.AppKey("keyring")
 CHANNELS: web.AppKey[dict[str, Channel[Any]]] = web.AppKey("channels")
 CONNECTORS: web.AppKey[dict[str, Connector[Any]]] = web.AppKey("connectors")
 DISPATCHER: web.AppKey[Dispatcher] = web.AppKey("dispatcher")
+DELIVERIES: web.AppKey[DeliveryLog] = web.AppKey("deliveries")
 HTTP_SESSION = web.AppKey("http_session", ClientSession)
 INSTANCE_ID = web.AppKey("instance_id", str)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")

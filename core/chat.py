@@ -169,6 +169,21 @@ class ChatConnector(Connector[RoutedT]):
         route = self.settings.tenants.get(tenant_id)
         return route is not None and user_id in route.allowed()
 
+    def serves(self, tenant_id: str) -> bool:
+        """A tenant's places, or, where assigned requests reach people directly, one of its people here: a
+        tenant served only in people's DMs (``assigned_delivery = "direct"``, no place) is served too."""
+        if self.targets(tenant_id):
+            return True
+        if getattr(self.settings, "assigned_delivery", "room") == "room":
+            return False
+        route = self.settings.tenants.get(tenant_id)
+        tenant = self.app_settings.tenant(tenant_id)
+        if route is None or tenant is None:
+            return False
+        allowed = route.allowed()
+        return any(identity in allowed and self.direct_target(identity) is not None
+                   for identity in (person.identity(self.name) for person in tenant.people) if identity is not None)
+
     def targets_for(self, request: RequestView) -> list[str]:
         """The tenant's places and the people this channel reaches directly (``direct_target``): those an
         assigned request names, and those of the escalation steps it reached (core/escalation.py), as

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import ClientSession
 
@@ -23,8 +22,10 @@ from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
 from handraise.core.backoff import Backoff
 from handraise.core.connectors import Connector
+from handraise.core.deliveries import Delivery, DeliveryLog
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED, Event
+from handraise.core.leadership import Leadership
 from handraise.core.redaction import redact
 from handraise.core.service import RequestService
 
@@ -37,13 +38,29 @@ _LEADER = "dispatch-recovery"
 _TALLY_EDITS = 8
 
 
-class Dispatcher:
-    """Runs deliveries, withdrawals and reminders for the connectors of one instance."""
+class ReviewCases(Protocol):
+    """The HITL-protocol case of a request, for a callback in the protocol's shape (``core/store/reviews.py``)."""
 
-    def __init__(self, *, service: RequestService, connectors: dict[str, Connector],
+    async def get_case(self, *, tenant_id: str, request_id: str) -> dict[str, Any] | None: ...
+
+
+class Dispatcher:
+    """Runs deliveries, withdrawals and reminders for the connectors of one instance.
+
+    It reads requests through the lifecycle ``service``, keeps its rows in the ``deliveries`` log, and runs
+    its recovery pass where it holds ``leadership``. ``shared``: other instances may use the same store
+    (PostgreSQL), so their work in flight cannot be told from abandoned work at startup.
+    """
+
+    def __init__(self, *, service: RequestService, deliveries: DeliveryLog, leadership: Leadership,
+                 cases: ReviewCases, shared: bool, connectors: dict[str, Connector],
                  http: ClientSession | None = None, max_attempts: int = 12, backoff_initial: float = 0.5,
                  backoff_cap: float = 60.0, withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
         self.service = service
+        self.deliveries = deliveries
+        self.leadership = leadership
+        self.cases = cases
+        self.shared = shared
         self.connectors = connectors
         # Posts requests' callbacks (core/callbacks.py); None: callbacks are not sent by this instance.
         self.http = http
@@ -88,7 +105,7 @@ class Dispatcher:
         self._tasks.clear()
         self._timers.clear()
         with contextlib.suppress(Exception):
-            await self.service.release_leadership(_LEADER)
+            await self.leadership.release(_LEADER)
 
     async def idle(self) -> None:
         """Wait until no delivery work is in flight (tests and graceful shutdown).
@@ -130,8 +147,9 @@ class Dispatcher:
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
 
     def _delivers(self, tenant_id: str, channels: list[str]) -> bool:
-        """Whether any of these channels has a target for this tenant (else no delivery row is ever made)."""
-        return any(self.connectors.get(c) and self.connectors[c].targets(tenant_id) for c in channels)
+        """Whether any of these channels reaches this tenant's people, in a room or directly (else no delivery
+        row is ever made): ``Connector.serves``, not its rooms alone (``targets_for`` may name DMs only)."""
+        return any(self.connectors.get(c) and self.connectors[c].serves(tenant_id) for c in channels)
 
     def _count(self, channel: str, outcome: str) -> None:
         if self.on_delivery is not None:
@@ -201,42 +219,40 @@ class Dispatcher:
                 log.debug("channel serves no target for this tenant",
                           extra={"request_id": request_id, "channel": channel, "tenant_id": tenant_id})
             for target in targets:
-                delivery_id = await self.service.store.upsert_delivery(
-                    tenant_id=tenant_id, request_id=request_id, channel=channel, target=target,
-                    now=self.service.clock())
-                self._spawn(request_id, self._deliver_one(connector, view, target, delivery_id))
+                delivery = await self.deliveries.open(tenant_id=tenant_id, request_id=request_id, channel=channel,
+                                                      target=target)
+                self._spawn(request_id, self._deliver_one(connector, view, delivery))
 
-    async def _deliver_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+    async def _deliver_one(self, connector: Connector, view: RequestView, delivery: Delivery,
                            *, first_attempt: int = 1) -> None:
         shown: list[int] = []
 
         async def send(current: RequestView) -> dict[str, Any]:
             shown.append(current.votes_version)
-            return await connector.deliver(current, target=target)
+            return await connector.deliver(current, target=delivery.target)
 
-        sent = await self._send(view, channel=connector.name, target=target, delivery_id=delivery_id, send=send,
-                                first_attempt=first_attempt, while_pending=True)
+        sent = await self._send(view, delivery, send=send, first_attempt=first_attempt, while_pending=True)
         if sent is None:
             return
         # Resolved while we were sending: the withdraw pass may have missed this message.
         after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         if after.terminal:
-            await self._withdraw_one(connector, after, target, delivery_id, sent)
+            await self._withdraw_one(connector, after, delivery, sent)
             return
         if shown and after.votes_version != shown[-1]:
             # A vote came in while we were posting: the message shows an older tally.
-            await self._show_votes_one(connector, after, target, delivery_id, sent)
+            await self._show_votes_one(connector, after, delivery, sent)
         remind_after = connector.remind_after()
         # A request with reminders of its own is pinged on its schedule instead (core/escalation.py).
         if remind_after and not (after.schedule is not None and after.schedule.reminds):
-            self._schedule_reminder(connector, after, target, delivery_id, remind_after)
+            self._schedule_reminder(connector, after, delivery, remind_after)
 
-    async def _send(self, view: RequestView, *, channel: str, target: str, delivery_id: int,
+    async def _send(self, view: RequestView, delivery: Delivery, *,
                     send: Callable[[RequestView], Awaitable[dict[str, Any] | None]], first_attempt: int,
                     while_pending: bool) -> dict[str, Any] | None:
         """Attempt ``send`` with the backoff until it succeeds (its ref), fails for good, or, ``while_pending``,
-        the request is resolved (None for both). Each attempt is recorded on the delivery row and journaled."""
-        store = self.service.store
+        the request is resolved (None for both). Each attempt is recorded on the delivery and journaled with it."""
+        channel = delivery.channel
         backoff = self._backoff()
         attempt = first_attempt - 1
         while True:
@@ -247,7 +263,7 @@ class Dispatcher:
             except NotFoundError:
                 return None
             if while_pending and current.terminal:
-                await store.update_delivery(delivery_id, status="withdrawn", attempts=attempt - 1)
+                await self.deliveries.update(delivery, status="withdrawn", attempts=attempt - 1)
                 return None
             try:
                 ref = await send(current)
@@ -257,13 +273,11 @@ class Dispatcher:
                 error = _as_connector_error(e)
                 message = _error_text(error)
                 final = error.permanent or attempt >= self.max_attempts
-                await store.update_delivery(delivery_id, status="failed" if final else "pending",
-                                            attempts=attempt, last_error=message)
-                await self.service.journal(
-                    tenant_id=view.tenant_id, event="delivery_failed", request_id=view.id, run_id=view.run_id,
-                    channel=channel,
-                    data={"target": target, "attempt": attempt, "error": message, "final": final,
-                          **({"retry_after": error.retry_after} if error.retry_after is not None else {})})
+                await self.deliveries.record(
+                    delivery, event="delivery_failed", run_id=view.run_id,
+                    data={"attempt": attempt, "error": message, "final": final,
+                          **({"retry_after": error.retry_after} if error.retry_after is not None else {})},
+                    status="failed" if final else "pending", attempts=attempt, last_error=message)
                 log.warning("delivery failed", extra={"request_id": view.id, "channel": channel,
                                                       "attempt": attempt, "final": final, "error": message[:200]})
                 self._count(channel, "failed" if final else "retry")
@@ -277,11 +291,8 @@ class Dispatcher:
                 continue
             ref = ref or {}
             self._count(channel, "sent")
-            await store.update_delivery(delivery_id, status="sent", attempts=attempt, last_error=None,
-                                        ref_json=json.dumps(ref))
-            await self.service.journal(tenant_id=view.tenant_id, event="delivered", request_id=view.id,
-                                       run_id=view.run_id, channel=channel,
-                                       data={"target": target, "attempt": attempt})
+            await self.deliveries.record(delivery, event="delivered", run_id=view.run_id, data={"attempt": attempt},
+                                         status="sent", attempts=attempt, last_error=None, ref=ref)
             return ref
 
     # -- callbacks -------------------------------------------------------------
@@ -293,17 +304,16 @@ class Dispatcher:
         if view.callback_url is None or self.http is None:
             return
         url, host = view.callback_url, view.callback_host or ""
-        delivery_id = await self.service.store.upsert_delivery(
-            tenant_id=tenant_id, request_id=request_id, channel=callbacks.CHANNEL, target=host,
-            now=self.service.clock())
-        row = await self._delivery_row(tenant_id, request_id, delivery_id)
-        if row is None or row["status"] in ("sent", "failed"):
+        delivery = await self.deliveries.open(tenant_id=tenant_id, request_id=request_id, channel=callbacks.CHANNEL,
+                                              target=host)
+        row = await self.deliveries.get(delivery)
+        if row is None or row.status in ("sent", "failed"):
             return
         tenant = self.service.settings.tenant(tenant_id)
         settings = tenant.callbacks if tenant is not None else None
         http = self.http
         # A case created through the HITL-protocol endpoints is called back in the protocol's shape.
-        case = await self.service.store.reviews.get_case(tenant_id=tenant_id, request_id=request_id)
+        case = await self.cases.get_case(tenant_id=tenant_id, request_id=request_id)
 
         async def send(current: RequestView) -> dict[str, Any]:
             payload = None if case is None else hitl.callback_payload(
@@ -311,61 +321,58 @@ class Dispatcher:
             return await callbacks.send(http, view=current, url=url, settings=settings, log=log,
                                         hitl_payload=payload)
 
-        await self._send(view, channel=callbacks.CHANNEL, target=host, delivery_id=delivery_id, send=send,
-                         first_attempt=max(first_attempt, row["attempts"] + 1), while_pending=False)
+        await self._send(view, delivery, send=send, first_attempt=max(first_attempt, row.attempts + 1),
+                         while_pending=False)
 
     # -- reminders -------------------------------------------------------------
 
-    def _schedule_reminder(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
-                           after: float) -> None:
+    def _schedule_reminder(self, connector: Connector, view: RequestView, delivery: Delivery, after: float) -> None:
         if after >= view.expires_at - self.service.clock():
             return  # it would only remind of something about to expire
-        self._timer(self._remind_later(connector, view, target, delivery_id, after),
-                    name=f"remind:{view.id}", request_id=view.id)
+        self._timer(self._remind_later(connector, view, delivery, after), name=f"remind:{view.id}",
+                    request_id=view.id)
 
-    async def _remind_later(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
-                            after: float) -> None:
+    async def _remind_later(self, connector: Connector, view: RequestView, delivery: Delivery, after: float) -> None:
         if await self._pause(view.id, after) or self._closed:
             return
         # The send itself is work in flight; the sleep before it was not.
-        self._spawn(view.id, self._remind_one(connector, view, target, delivery_id))
+        self._spawn(view.id, self._remind_one(connector, view, delivery))
 
-    async def _remind_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
-                          *, scheduled: bool = False) -> None:
+    async def _remind_one(self, connector: Connector, view: RequestView, delivery: Delivery, *,
+                          scheduled: bool = False) -> None:
         """One reminder of a sent delivery: the connector's one (``remind_after_seconds``), or, ``scheduled``,
         one of the request's own schedule (which the sweeper decided once, for every instance)."""
         try:
             current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         except NotFoundError:
             return
-        row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
-        if current.terminal or row is None or row["status"] != "sent" or (
-                row["reminded_at"] is not None and not scheduled):
+        row = await self.deliveries.get(delivery)
+        if current.terminal or row is None or row.status != "sent" or (
+                row.reminded_at is not None and not scheduled):
             return
         # Marked first: a reminder is sent at most once, even if the send below fails.
-        await self.service.store.update_delivery(delivery_id, reminded_at=self.service.clock())
-        ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
+        await self.deliveries.update(delivery, reminded_at=self.service.clock())
+        ref = dict(row.ref)
         try:
-            extra = await connector.remind(current, target=target, ref=_main_ref(ref))
+            extra = await connector.remind(current, target=delivery.target, ref=_main_ref(ref))
         except asyncio.CancelledError:
             raise
         except Exception as e:
             message = _error_text(_as_connector_error(e))
             log.warning("reminder failed", extra={"request_id": view.id, "channel": connector.name,
                                                   "error": message[:200]})
-            await self.service.journal(tenant_id=view.tenant_id, event="reminder_failed", request_id=view.id,
-                                       run_id=view.run_id, channel=connector.name,
-                                       data={"target": target, "error": message})
+            await self.deliveries.record(delivery, event="reminder_failed", run_id=view.run_id,
+                                         data={"error": message})
             return
         if extra:
             ref[REMINDER_REFS] = [*ref.get(REMINDER_REFS, []), extra]
-            await self.service.store.update_delivery(delivery_id, ref_json=json.dumps(ref))
-        await self.service.journal(tenant_id=view.tenant_id, event="reminded", request_id=view.id,
-                                   run_id=view.run_id, channel=connector.name, data={"target": target})
+        # The reminder's message joins the delivery's refs with its journal entry (withdrawn with the rest).
+        await self.deliveries.record(delivery, event="reminded", run_id=view.run_id, data={},
+                                     **({"ref": ref} if extra else {}))
         after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         if after.terminal and extra:
             # Resolved while the reminder was being posted: the withdraw pass may have missed it.
-            await self._withdraw_one(connector, after, target, delivery_id, ref)
+            await self._withdraw_one(connector, after, delivery, ref)
 
     # -- escalation steps and scheduled reminders (core/escalation.py) ---------
 
@@ -379,9 +386,9 @@ class Dispatcher:
             return
         if view.terminal:
             return
-        rows = await self.service.store.deliveries_for(tenant_id, request_id)
+        rows = await self.deliveries.of_request(tenant_id=tenant_id, request_id=request_id)
         if reached:
-            had = {(r["channel"], r["target"]) for r in rows}
+            had = {(d.channel, d.target) for d in rows}
             for channel in view.channels:
                 connector = self.connectors.get(channel)
                 if connector is None:
@@ -389,47 +396,43 @@ class Dispatcher:
                 for target in connector.targets_for(view):
                     if (channel, target) in had:
                         continue
-                    delivery_id = await self.service.store.upsert_delivery(
-                        tenant_id=tenant_id, request_id=request_id, channel=channel, target=target,
-                        now=self.service.clock())
-                    self._spawn(request_id, self._deliver_one(connector, view, target, delivery_id))
+                    delivery = await self.deliveries.open(tenant_id=tenant_id, request_id=request_id,
+                                                          channel=channel, target=target)
+                    self._spawn(request_id, self._deliver_one(connector, view, delivery))
         if remind:
             for row in rows:
-                connector = self.connectors.get(row["channel"])
-                if connector is not None and row["status"] == "sent":
-                    self._spawn(request_id, self._remind_one(connector, view, row["target"], row["id"],
-                                                             scheduled=True))
+                connector = self.connectors.get(row.channel)
+                if connector is not None and row.status == "sent":
+                    self._spawn(request_id, self._remind_one(connector, view, row, scheduled=True))
 
     # -- quorum tallies ----------------------------------------------------------
 
     async def _show_votes_all(self, tenant_id: str, request_id: str) -> None:
         """A vote was counted: every message still up shows the new tally (core/quorum.py)."""
-        rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id) if r["status"] == "sent"]
+        rows = [d for d in await self.deliveries.of_request(tenant_id=tenant_id, request_id=request_id)
+                if d.status == "sent"]
         if not rows:
             return
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         for row in rows:
-            connector = self.connectors.get(row["channel"])
+            connector = self.connectors.get(row.channel)
             if connector is not None:
-                ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
-                self._spawn(request_id, self._show_votes_one(connector, view, row["target"], row["id"], ref))
+                self._spawn(request_id, self._show_votes_one(connector, view, row, row.ref))
 
-    async def _show_votes_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+    async def _show_votes_one(self, connector: Connector, view: RequestView, delivery: Delivery,
                               ref: dict[str, Any]) -> None:
         """Edit one message to the tally as it stands, holding the same claim a withdrawal takes, so an
         outcome is never overwritten by an older tally. Once the claim is given back: a request resolved
         meanwhile is withdrawn here (its own withdraw pass found the message claimed), and a vote counted
         meanwhile is shown by another edit (its own edit found the message claimed and gave up)."""
-        store = self.service.store
         for _ in range(_TALLY_EDITS):
-            now = self.service.clock()
-            if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
+            if not await self.deliveries.claim_withdrawal(delivery, stale_after=self._claim_stale()):
                 return
             shown = None
             try:
                 current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
                 if not current.terminal:
-                    await connector.show_votes(current, target=target, ref=_main_ref(ref))
+                    await connector.show_votes(current, target=delivery.target, ref=_main_ref(ref))
                     shown = current.votes_version
             except asyncio.CancelledError:
                 raise
@@ -439,10 +442,10 @@ class Dispatcher:
                                                         "error": _error_text(_as_connector_error(e))[:200]})
             finally:
                 with contextlib.suppress(Exception):
-                    await store.release_withdrawal(delivery_id, now=self.service.clock())
+                    await self.deliveries.release_withdrawal(delivery)
             after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
             if after.terminal:
-                await self._withdraw_one(connector, after, target, delivery_id, ref)
+                await self._withdraw_one(connector, after, delivery, ref)
                 return
             if shown is None or after.votes_version == shown:
                 return
@@ -450,70 +453,66 @@ class Dispatcher:
     # -- withdraw --------------------------------------------------------------
 
     async def _withdraw_all(self, tenant_id: str, request_id: str) -> None:
-        rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id) if r["status"] == "sent"]
+        rows = [d for d in await self.deliveries.of_request(tenant_id=tenant_id, request_id=request_id)
+                if d.status == "sent"]
         if not rows:
             return
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id)
         for row in rows:
-            connector = self.connectors.get(row["channel"])
-            if connector is None or row["status"] != "sent":
+            connector = self.connectors.get(row.channel)
+            if connector is None:
                 continue
-            ref = json.loads(row["ref_json"]) if row["ref_json"] else {}
-            task = self._spawn(request_id, self._withdraw_one(connector, view, row["target"], row["id"], ref))
+            task = self._spawn(request_id, self._withdraw_one(connector, view, row, row.ref))
             self._withdrawals.add(task)
             task.add_done_callback(self._withdrawals.discard)
 
-    async def _withdraw_one(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+    async def _withdraw_one(self, connector: Connector, view: RequestView, delivery: Delivery,
                             ref: dict[str, Any]) -> None:
-        if delivery_id in self._withdrawing:
+        if delivery.id in self._withdrawing:
             return
-        self._withdrawing.add(delivery_id)
-        store = self.service.store
+        self._withdrawing.add(delivery.id)
         try:
             # Several instances may see the same sent message end (the resolver's withdraw pass, the
             # sender's check after sending): the claim lets exactly one of them edit it.
-            now = self.service.clock()
-            if not await store.claim_withdrawal(delivery_id, now=now, stale_before=now - self._claim_stale()):
+            if not await self.deliveries.claim_withdrawal(delivery, stale_after=self._claim_stale()):
                 return
             try:
-                await self._withdraw_claimed(connector, view, target, delivery_id, ref)
+                await self._withdraw_claimed(connector, view, delivery, ref)
             finally:
                 # Failed for good, or stopped: a claim still held is given back (the message is still up).
                 with contextlib.suppress(Exception):
-                    await store.release_withdrawal(delivery_id, now=self.service.clock())
+                    await self.deliveries.release_withdrawal(delivery)
         finally:
-            self._withdrawing.discard(delivery_id)
+            self._withdrawing.discard(delivery.id)
 
     def _claim_stale(self) -> float:
         """How long a withdraw claim lasts untouched: a live holder updates its row at least once per
         attempt, and waits at most ``backoff_cap`` between attempts."""
         return 2 * self.backoff_cap + 60
 
-    async def _withdraw_claimed(self, connector: Connector, view: RequestView, target: str, delivery_id: int,
+    async def _withdraw_claimed(self, connector: Connector, view: RequestView, delivery: Delivery,
                                 ref: dict[str, Any]) -> None:
         """Edit every message of a claimed delivery, retried; ``withdrawn`` once done."""
-        row = await self._delivery_row(view.tenant_id, view.id, delivery_id)
+        row = await self.deliveries.get(delivery)
         if row is None:
             return
-        if row["ref_json"]:
-            ref = json.loads(row["ref_json"])  # the freshest, with any reminder refs
+        if row.ref:
+            ref = row.ref  # the freshest, with any reminder refs
         refs = [_main_ref(ref), *ref.get(REMINDER_REFS, [])]
         backoff = self._backoff()
         for attempt in range(1, self.withdraw_attempts + 1):
             try:
                 for one in refs:
-                    await connector.withdraw(view, target=target, ref=one)
+                    await connector.withdraw(view, target=delivery.target, ref=one)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 error = _as_connector_error(e)
                 message = _error_text(error)
                 final = error.permanent or attempt >= self.withdraw_attempts
-                await self.service.store.update_delivery(delivery_id, last_error=message)
-                await self.service.journal(
-                    tenant_id=view.tenant_id, event="withdraw_failed", request_id=view.id, run_id=view.run_id,
-                    channel=connector.name,
-                    data={"target": target, "attempt": attempt, "error": message, "final": final})
+                await self.deliveries.record(delivery, event="withdraw_failed", run_id=view.run_id,
+                                             data={"attempt": attempt, "error": message, "final": final},
+                                             last_error=message)
                 log.warning("withdraw failed", extra={"request_id": view.id, "channel": connector.name,
                                                       "attempt": attempt, "error": message[:200]})
                 if final:
@@ -521,16 +520,10 @@ class Dispatcher:
                 pause = backoff.next()
                 await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
                 continue
-            await self.service.store.update_delivery(delivery_id, status="withdrawn", last_error=None)
+            await self.deliveries.record(delivery, event="withdrawn", run_id=view.run_id,
+                                         data={"status": view.status}, status="withdrawn", last_error=None)
             self._count(connector.name, "withdrawn")
-            await self.service.journal(tenant_id=view.tenant_id, event="withdrawn", request_id=view.id,
-                                       run_id=view.run_id, channel=connector.name,
-                                       data={"target": target, "status": view.status})
             return
-
-    async def _delivery_row(self, tenant_id: str, request_id: str, delivery_id: int) -> dict[str, Any] | None:
-        rows = await self.service.store.deliveries_for(tenant_id, request_id)
-        return next((r for r in rows if r["id"] == delivery_id), None)
 
     # -- recovery --------------------------------------------------------------
 
@@ -538,7 +531,7 @@ class Dispatcher:
         first = True
         while True:
             try:
-                if await self.service.leadership(_LEADER) and await self.service.leadership_alive(_LEADER):
+                if await self.leadership.take(_LEADER) and await self.leadership.alive(_LEADER):
                     await self.recover(startup=first)
                     first = False
             except asyncio.CancelledError:
@@ -562,7 +555,7 @@ class Dispatcher:
         now = self.service.clock()
         # One process on SQLite: at startup, anything from before this start was abandoned;
         # what arrived since is this process's own (it may be committed but not yet published).
-        alone = not self.service.store.is_postgres and startup
+        alone = not self.shared and startup
         # A live instance touches a pending delivery at least every backoff_cap seconds.
         stale = 2 * self.backoff_cap + 30
         resumed = 0
@@ -570,8 +563,8 @@ class Dispatcher:
             for view in await self.service.list(tenant_id=tenant.id, status="pending", limit=500):
                 if view.id in self._tasks or (view.expires_at <= now):
                     continue
-                rows = {(r["channel"], r["target"]): r
-                        for r in await self.service.store.deliveries_for(tenant.id, view.id)}
+                rows = {(d.channel, d.target): d
+                        for d in await self.deliveries.of_request(tenant_id=tenant.id, request_id=view.id)}
                 for channel in view.channels:
                     connector = self.connectors.get(channel)
                     if connector is None:
@@ -582,25 +575,25 @@ class Dispatcher:
                             if (view.created_at >= self._started_at if alone
                                     else now - view.created_at < stale):
                                 continue  # its creator may be about to deliver it
-                            delivery_id = await self.service.store.upsert_delivery(
-                                tenant_id=tenant.id, request_id=view.id, channel=channel, target=target, now=now)
-                            self._spawn(view.id, self._deliver_one(connector, view, target, delivery_id))
+                            delivery = await self.deliveries.open(tenant_id=tenant.id, request_id=view.id,
+                                                                  channel=channel, target=target)
+                            self._spawn(view.id, self._deliver_one(connector, view, delivery))
                             resumed += 1
-                        elif row["status"] == "pending":
-                            if (row["updated_at"] >= self._started_at if alone
-                                    else now - row["updated_at"] < stale):
+                        elif row.status == "pending":
+                            if (row.updated_at >= self._started_at if alone
+                                    else now - row.updated_at < stale):
                                 continue
-                            self._spawn(view.id, self._deliver_one(connector, view, target, row["id"],
-                                                                   first_attempt=row["attempts"] + 1))
+                            self._spawn(view.id, self._deliver_one(connector, view, row,
+                                                                   first_attempt=row.attempts + 1))
                             resumed += 1
-                        elif row["status"] == "sent" and row["reminded_at"] is None and connector.remind_after():
-                            due = row["updated_at"] + (connector.remind_after() or 0)
+                        elif row.status == "sent" and row.reminded_at is None and connector.remind_after():
+                            due = row.updated_at + (connector.remind_after() or 0)
                             if alone:
-                                overdue = row["updated_at"] < self._started_at and now >= due
+                                overdue = row.updated_at < self._started_at and now >= due
                             else:
                                 overdue = now >= due + stale
                             if overdue:
-                                self._spawn(view.id, self._remind_one(connector, view, target, row["id"]))
+                                self._spawn(view.id, self._remind_one(connector, view, row))
                                 resumed += 1
         resumed += await self._recover_callbacks(alone=alone, stale=stale, now=now)
         if resumed:
@@ -612,13 +605,12 @@ class Dispatcher:
         if self.http is None:
             return 0
         resumed = 0
-        for due in await self.service.store.callbacks_due():
-            request_id, tenant_id = due["id"], due["tenant_id"]
+        for request_id, tenant_id, resolved_at in await self.deliveries.callbacks_due():
             if request_id in self._tasks:
                 continue
-            rows = [r for r in await self.service.store.deliveries_for(tenant_id, request_id)
-                    if r["channel"] == callbacks.CHANNEL]
-            touched = max([due["resolved_at"] or 0.0, *(r["updated_at"] for r in rows)])
+            rows = [d for d in await self.deliveries.of_request(tenant_id=tenant_id, request_id=request_id)
+                    if d.channel == callbacks.CHANNEL]
+            touched = max([resolved_at or 0.0, *(d.updated_at for d in rows)])
             if (touched >= self._started_at) if alone else (now - touched < stale):
                 continue  # its resolver may be posting it right now
             self._spawn(request_id, self._call_back(tenant_id, request_id))

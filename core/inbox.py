@@ -172,7 +172,7 @@ class InboxAccess:
         rows = await self.store.inbox.requests_page(
             session.tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by, since=since,
             until=until, unexpired_at=self.clock() if pending_only else None, offset=offset, limit=limit)
-        deliveries = await self.store.deliveries_for_many(session.tenant_id, [r["id"] for r in rows])
+        deliveries = await self.store.deliveries.for_requests(session.tenant_id, [r["id"] for r in rows])
         return [RequestView.from_row(r, deliveries=deliveries.get(r["id"], [])) for r in rows]
 
     async def last_event_id(self, tenant_id: str) -> int:

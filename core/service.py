@@ -30,9 +30,11 @@ from handraise.core.api import (
 )
 from handraise.core.attempts import AttemptLimiter
 from handraise.core.canonical import canonical_json
+from handraise.core.chatrefs import ChatRefs
 from handraise.core.config import Settings
 from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
 from handraise.core.cursors import CursorSigner, Position
+from handraise.core.deliveries import DeliveryLog
 from handraise.core.errors import (
     AlreadyAnsweredError,
     ConflictError,
@@ -55,6 +57,7 @@ from handraise.core.people import is_assigned, is_own_approval, link_principal, 
 from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
+from handraise.core.signingkey import SigningKey
 from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,9 @@ class RequestService:
         self.escalations = escalation.Escalator(self)
         # Quorum requests are decided by votes (core/quorum.py).
         self.voting = quorum.Voting(self)
+        self._signing_key = SigningKey(state=store.state)
+        self._chat_refs = ChatRefs(records=store.chat_refs, clock=lambda: self.clock())
+        self._deliveries = DeliveryLog(records=store.deliveries, clock=lambda: self.clock())
 
     # -- create ----------------------------------------------------------------
 
@@ -764,83 +770,53 @@ class RequestService:
         entries = await self.store.journal_entries(tenant_id=tenant_id, request_id=request_id)
         return [_entry_json(e) for e in entries]
 
+    # -- interim: connectors are about to receive these interfaces themselves (issue 20) ----------
+
     async def get_state(self, namespace: str, key: str) -> str | None:
-        return await self.store.get_state(namespace, key)
+        return await self.store.state.get(namespace, key)
 
     async def set_state(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
-        """``request_id``: the state is about that request and is pruned with its other spent rows."""
-        await self.store.set_state(namespace, key, value, request_id=request_id)
+        await self.store.state.set(namespace, key, value, request_id=request_id)
 
     async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str], *,
                            request_id: str | None = None) -> str:
-        """Change a value atomically: ``change`` maps what is stored (or None) to the new value, and is
-        applied again if another writer got in first (``Store.update_state``)."""
-        return await self.store.update_state(namespace, key, change, request_id=request_id)
+        return await self.store.state.update(namespace, key, change, request_id=request_id)
 
     async def set_state_if_absent(self, namespace: str, key: str, value: str, *,
                                   request_id: str | None = None) -> str:
-        """Store ``value`` unless one is there; what is stored (the first writer wins, atomically)."""
-        return await self.store.set_state_if_absent(namespace, key, value, request_id=request_id)
+        return await self.store.state.set_if_absent(namespace, key, value, request_id=request_id)
 
     async def server_secret(self) -> bytes:
-        """A per-installation random secret (CSRF tokens, button signatures), made once and shared."""
-        value = await self.store.set_state_if_absent("server", "secret", secrets.token_hex(32))
-        return bytes.fromhex(value)
+        return await self._signing_key.get()
 
     async def create_chat_actions(self, *, tenant_id: str, request_id: str, channel: str,
                                   values: Iterable[Any]) -> list[str]:
-        """Short random tokens that stand for (request, value) behind chat buttons; never the raw id."""
-        now = self.clock()
-        rows = [{"token": secrets.token_urlsafe(12), "tenant_id": tenant_id, "request_id": request_id,
-                 "channel": channel, "value_json": canonical_json(v), "created_at": now} for v in values]
-        await self.store.insert_chat_actions(rows)
-        return [r["token"] for r in rows]
+        return await self._chat_refs.create_actions(tenant_id=tenant_id, request_id=request_id, channel=channel,
+                                                    values=values)
 
     async def resolve_chat_action(self, *, token: str, channel: str) -> tuple[str, str, Any] | None:
-        """(tenant_id, request_id, value) for a button token of this channel, or None (forged/unknown)."""
-        if not token or len(token) > 32:
-            return None
-        row = await self.store.get_chat_action(token, channel=channel)
-        if row is None:
-            return None
-        return row["tenant_id"], row["request_id"], json.loads(row["value_json"])
+        return await self._chat_refs.resolve_action(token=token, channel=channel)
 
     async def remember_message(self, *, channel: str, message_key: str, tenant_id: str, request_id: str) -> None:
-        """Record that a posted chat message (e.g. ``"<chat id>:<message id>"``) is about this request."""
-        await self.store.insert_message_ref({"channel": channel, "message_key": message_key, "tenant_id": tenant_id,
-                                             "request_id": request_id, "created_at": self.clock()})
+        await self._chat_refs.remember_message(channel=channel, message_key=message_key, tenant_id=tenant_id,
+                                               request_id=request_id)
 
     async def lookup_message(self, *, channel: str, message_key: str) -> tuple[str, str] | None:
-        """(tenant_id, request_id) of a remembered chat message, or None."""
-        row = await self.store.get_message_ref(channel=channel, message_key=message_key)
-        return None if row is None else (row["tenant_id"], row["request_id"])
-
-    async def deliveries(self, *, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
-        """Delivery rows of a request (channel, target, status, attempts, last_error, ref)."""
-        rows = await self.store.deliveries_for(tenant_id, request_id)
-        return [{**r, "ref": json.loads(r["ref_json"]) if r["ref_json"] else {}} for r in rows]
+        return await self._chat_refs.lookup_message(channel=channel, message_key=message_key)
 
     async def delivery_bounced(self, *, tenant_id: str, request_id: str, channel: str, target: str,
                                error: str) -> bool:
-        """A sent delivery turned out never to arrive (a mail bounce): shown as ``bounced`` and journaled.
-        False when the request has no such delivery."""
-        for row in await self.store.deliveries_for(tenant_id, request_id):
-            if row["channel"] == channel and row["target"].lower() == target.lower():
-                error = redact(error)[:500]
-                await self.store.update_delivery(row["id"], status="bounced", last_error=error)
-                await self.journal(tenant_id=tenant_id, event="delivery_bounced", request_id=request_id,
-                                   channel=channel, data={"target": row["target"], "error": error})
-                return True
-        return False
+        return await self._deliveries.bounced(tenant_id=tenant_id, request_id=request_id, channel=channel,
+                                              target=target, error=error)
 
     async def leadership(self, name: str) -> bool:
-        return await self.store.try_leadership(name)
+        return await self.store.leadership.take(name)
 
     async def leadership_alive(self, name: str) -> bool:
-        return await self.store.leadership_alive(name)
+        return await self.store.leadership.alive(name)
 
     async def release_leadership(self, name: str) -> None:
-        await self.store.release_leadership(name)
+        await self.store.leadership.release(name)
 
 
 class _LostRace(Exception):

@@ -20,7 +20,9 @@ class SlackTenantSettings(TenantRoute):
 
     raw_id = re.compile(_USER_ID)
 
-    channel: str = Field(pattern=_CHANNEL_ID)
+    # None: the tenant's requests reach only the DMs of the people they are assigned to
+    # (``assigned_delivery`` "direct" or "room_and_direct").
+    channel: str | None = Field(default=None, pattern=_CHANNEL_ID)
     # Slack user ids, or the tenant's people and groups by name ("alice", "group:oncall").
     allowed_user_ids: list[str] = Field(min_length=1)
 
@@ -33,7 +35,7 @@ class SlackTenantSettings(TenantRoute):
         return value
 
     def places(self) -> list[str]:
-        return [self.channel]
+        return [self.channel] if self.channel is not None else []
 
     def people(self) -> list[str]:
         return list(self.allowed_user_ids)
@@ -73,6 +75,11 @@ class SlackSettings(RoutedSettings):
             raise ValueError("app_token is required in socket mode")
         if not _given(self.bot_token):
             raise ValueError("bot_token must not be empty")
+        if self.assigned_delivery == "room":
+            roomless = [t for t, route in self.tenants.items() if route.channel is None]
+            if roomless:
+                raise ValueError(f"tenants {', '.join(roomless)} have no channel: with assigned_delivery = "
+                                 '"room" nothing would reach them (name a channel, or use "direct")')
         return self
 
 

@@ -19,7 +19,7 @@ def lock_key(name: str) -> int:
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
-class Leadership:
+class LeaderLocks:
     def __init__(self, *, dsn: str | None) -> None:
         """``dsn``: an asyncpg DSN, or None on SQLite."""
         self._dsn = dsn

@@ -6,6 +6,7 @@ spent rows (``core/store/pruning.py``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
@@ -14,6 +15,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from handraise.core.models import StateRow
+from handraise.core.store.units import scalar
 
 state_t = StateRow.__table__
 
@@ -31,6 +33,9 @@ def _upsert(make: Any) -> Any:
 
 
 _PUT_STATE = {"postgresql": _upsert(pg_insert), "sqlite": _upsert(sqlite_insert)}
+# A new key's INSERT that leaves an existing one alone (first writer wins).
+_INSERT_NEW = {"postgresql": pg_insert(state_t).on_conflict_do_nothing(),
+               "sqlite": sqlite_insert(state_t).on_conflict_do_nothing()}
 
 _REPLACE_STATE = update(state_t).where(
     state_t.c.namespace == bindparam("w_namespace"), state_t.c.key == bindparam("w_key"),
@@ -61,3 +66,38 @@ def replace_state(c: Connection, insert_stmt: Any, namespace: str, key: str, exp
         return c.execute(insert_stmt, row).rowcount == 1
     params = {"value": value, "updated_at": now, "w_namespace": namespace, "w_key": key, "w_expected": expected}
     return c.execute(_REPLACE_STATE, params).rowcount == 1
+
+
+Run = Callable[..., Awaitable[Any]]
+
+
+class StateRecords:
+    """The state table, each call a unit of work of its own (``core.state.StateStore`` over it)."""
+
+    def __init__(self, *, read: Run, write: Run, dialect: str) -> None:
+        self._read = read
+        self._write = write
+        self._insert_new = _INSERT_NEW[dialect]
+
+    async def get(self, namespace: str, key: str) -> str | None:
+        return await self._read(scalar, GET_STATE, {"namespace": namespace, "key": key})
+
+    async def set(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
+        """Store ``value``; ``request_id``: the state is about that request and is pruned with it."""
+        await self._write(put_state, namespace, key, value, time.time(), request_id)
+
+    async def set_if_absent(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> str:
+        """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
+        return await self._write(set_state_if_absent, self._insert_new, namespace, key, value, request_id)
+
+    async def update(self, namespace: str, key: str, change: Callable[[str | None], str], *,
+                     request_id: str | None = None) -> str:
+        """Read-modify-write without losing a concurrent writer's change: ``change(current)`` is applied
+        with a compare-and-set and applied again to the newer value when another writer (a task here,
+        another instance) got in between. ``change`` must be pure. Returns what was stored."""
+        while True:
+            current = await self.get(namespace, key)
+            value = change(current)
+            if await self._write(replace_state, self._insert_new, namespace, key, current, value, time.time(),
+                                 request_id):
+                return value

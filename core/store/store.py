@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import and_, bindparam, exists, insert, or_, select, text, union, update
+from sqlalchemy import and_, bindparam, insert, or_, select, text, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
@@ -31,25 +31,25 @@ from handraise.core.errors import ConfigError, UnavailableError
 from handraise.core.models import (
     AnnotationRow,
     ApiKeyRow,
-    ChatActionRow,
     DeliveryRow,
     JournalRow,
     LinkRow,
-    MessageRefRow,
     RequestRow,
-    StateRow,
 )
 from handraise.core.serversecret import ServerSecret
+from handraise.core.store.chatrefs import ChatRefRecords
+from handraise.core.store.deliveries import FOR_REQUEST as DELIVERIES_FOR_REQUEST
+from handraise.core.store.deliveries import DeliveryRecords
 from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
-from handraise.core.store.leadership import Leadership, lock_key
+from handraise.core.store.leadership import LeaderLocks, lock_key
 from handraise.core.store.listing import tenant_requests
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.pruning import prune_spent
-from handraise.core.store.state import GET_STATE, put_state, replace_state, set_state_if_absent
+from handraise.core.store.state import StateRecords
 from handraise.core.store.votes import VoteRecords
 from handraise.core.store.units import (
     PgConnection,
@@ -73,9 +73,6 @@ deliveries_t = DeliveryRow.__table__
 links_t = LinkRow.__table__
 api_keys_t = ApiKeyRow.__table__
 annotations_t = AnnotationRow.__table__
-chat_actions_t = ChatActionRow.__table__
-state_t = StateRow.__table__
-message_refs_t = MessageRefRow.__table__
 
 NOTIFY_CHANNEL = "handraise_events"
 
@@ -130,39 +127,6 @@ _INSERT_LINK = insert(links_t)
 _GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
 _USE_LINK = update(links_t).where(links_t.c.id == _b("w_id"), links_t.c.used_at.is_(None)).values(used_at=_b("w_now"))
 
-_FIND_DELIVERY = select(deliveries_t.c.id).where(
-    deliveries_t.c.request_id == _b("request_id"), deliveries_t.c.channel == _b("channel"),
-    deliveries_t.c.target == _b("target"))
-_INSERT_DELIVERY = insert(deliveries_t)
-_UPDATE_DELIVERY = update(deliveries_t).where(deliveries_t.c.id == _b("w_id"))
-# One instance withdraws a message: sent → withdrawing, or a claim whose holder went quiet (it died mid-edit).
-_CLAIM_WITHDRAWAL = update(deliveries_t).where(
-    deliveries_t.c.id == _b("w_id"),
-    (deliveries_t.c.status == "sent")
-    | ((deliveries_t.c.status == "withdrawing") & (deliveries_t.c.updated_at < _b("w_stale_before"))),
-).values(status="withdrawing", updated_at=_b("w_now"))
-_RELEASE_WITHDRAWAL = (update(deliveries_t)
-                       .where(deliveries_t.c.id == _b("w_id"), deliveries_t.c.status == "withdrawing")
-                       .values(status="sent", updated_at=_b("w_now")))
-_DELIVERIES_FOR = (select(deliveries_t)
-                   .where(deliveries_t.c.tenant_id == _b("tenant_id"), deliveries_t.c.request_id == _b("request_id"))
-                   .order_by(deliveries_t.c.id))
-
-# Terminal requests whose callback was neither sent nor given up on: what recovery resumes.
-_CALLBACKS_DUE = (
-    select(requests_t.c.id, requests_t.c.tenant_id, requests_t.c.resolved_at)
-    .where(requests_t.c.callback_url.is_not(None), requests_t.c.status != "pending",
-           ~exists().where(deliveries_t.c.request_id == requests_t.c.id, deliveries_t.c.channel == "callback",
-                           deliveries_t.c.status.in_(("sent", "failed"))))
-    .order_by(requests_t.c.resolved_at)
-    .limit(_b("limit")))
-
-_INSERT_CHAT_ACTION = insert(chat_actions_t)
-_GET_CHAT_ACTION = select(chat_actions_t).where(chat_actions_t.c.token == _b("token"),
-                                                chat_actions_t.c.channel == _b("channel"))
-_GET_MESSAGE_REF = select(message_refs_t).where(message_refs_t.c.channel == _b("channel"),
-                                                message_refs_t.c.message_key == _b("message_key"))
-
 _INSERT_API_KEY = insert(api_keys_t)
 _REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
                    .values(revoked_at=_b("w_now")))
@@ -184,8 +148,6 @@ class _Inserts:
     def __init__(self, dialect: str) -> None:
         make = pg_insert if dialect == "postgresql" else sqlite_insert
         self.request = make(requests_t).on_conflict_do_nothing()
-        self.message_ref = make(message_refs_t).on_conflict_do_nothing()
-        self.state = make(state_t).on_conflict_do_nothing()
 
 
 _INSERTS = {"sqlite": _Inserts("sqlite"), "postgresql": _Inserts("postgresql")}
@@ -217,13 +179,6 @@ async def _pg_connection(opening: Any) -> AsyncIterator[Any]:
         raise
     with storage_errors():
         await opening.__aexit__(None, None, None)
-
-
-def _upsert_delivery(c: Connection, row: dict[str, Any]) -> int:
-    existing = c.execute(_FIND_DELIVERY, {k: row[k] for k in ("request_id", "channel", "target")}).first()
-    if existing is not None:
-        return existing.id
-    return c.execute(_INSERT_DELIVERY, row).inserted_primary_key[0]
 
 
 def list_requests_statement(tenant_id: str, *, status: str | None, run_id: str | None, limit: int,
@@ -312,7 +267,7 @@ class Store:
         self._inserts = _INSERTS[self.dialect]
         self.journal = Journal(read=self._read, dialect=self.dialect,
                                key=None if secret is None else secret.key("journal chain"))
-        self.leadership = Leadership(dsn=self.asyncpg_dsn() if self.is_postgres else None)
+        self.leadership = LeaderLocks(dsn=self.asyncpg_dsn() if self.is_postgres else None)
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
         # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).
@@ -323,6 +278,12 @@ class Store:
         self.schedule = ScheduleRecords(read=self._read)
         # A quorum request's votes, one compare-and-set each (core/store/votes.py).
         self.votes = VoteRecords(journal=self.journal, notice=self._notify_arg)
+        # Button tokens and the chat messages posted about requests (core/store/chatrefs.py).
+        self.chat_refs = ChatRefRecords(read=self._read, write=self._write, dialect=self.dialect)
+        # Small durable key/value state (core/store/state.py).
+        self.state = StateRecords(read=self._read, write=self._write, dialect=self.dialect)
+        # Where requests were posted, each change journaled with it (core/store/deliveries.py).
+        self.deliveries = DeliveryRecords(read=self._read, write=self._write, journal=self.journal)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -386,7 +347,7 @@ class Store:
         upgrade(sync_conn, self._secret)
 
     async def _check_secret(self, secret: ServerSecret) -> None:
-        stored = await self.set_state_if_absent("server", "secret_fingerprint", secret.fingerprint)
+        stored = await self.state.set_if_absent("server", "secret_fingerprint", secret.fingerprint)
         if stored != secret.fingerprint:
             raise ConfigError("this database was set up with another server secret: give every instance the "
                               "same one ([security] secret or secret_file, or HANDRAISE_SECURITY__SECRET)")
@@ -561,7 +522,8 @@ class Store:
         row = dict(changed)
         deliveries: list[dict[str, Any]] = []
         if with_deliveries:
-            deliveries = all_rows(c, _DELIVERIES_FOR, {"tenant_id": row["tenant_id"], "request_id": row["id"]})
+            deliveries = all_rows(c, DELIVERIES_FOR_REQUEST,
+                                  {"tenant_id": row["tenant_id"], "request_id": row["id"]})
         if notify is not None:
             notify = (notify[0], {**notify[1], "run_id": row["run_id"]})
         entry = self.journal.append_in(c, entry_row(**journal, run_id=row["run_id"]), notify)
@@ -633,71 +595,6 @@ class Store:
     async def use_link(self, conn: StoreConnection, *, link_id: str, now: float) -> bool:
         return await conn.run(rowcount, _USE_LINK, {"w_id": link_id, "w_now": now}) == 1
 
-    # -- deliveries ------------------------------------------------------------
-
-    async def upsert_delivery(self, *, tenant_id: str, request_id: str, channel: str, target: str,
-                              now: float) -> int:
-        return await self._write(_upsert_delivery, {
-            "tenant_id": tenant_id, "request_id": request_id, "channel": channel, "target": target,
-            "status": "pending", "attempts": 0, "created_at": now, "updated_at": now,
-        })
-
-    async def update_delivery(self, delivery_id: int, *, conn: StoreConnection | None = None,
-                              **values: Any) -> None:
-        values.setdefault("updated_at", time.time())
-        params = {**values, "w_id": delivery_id}
-        if conn is not None:
-            await conn.run(rowcount, _UPDATE_DELIVERY, params)
-            return
-        await self._write(rowcount, _UPDATE_DELIVERY, params)
-
-    async def claim_withdrawal(self, delivery_id: int, *, now: float, stale_before: float) -> bool:
-        """Compare-and-set a sent delivery to ``withdrawing``: True for the one instance that then edits or
-        removes the message. A claim not touched since ``stale_before`` is taken over."""
-        params = {"w_id": delivery_id, "w_now": now, "w_stale_before": stale_before}
-        return await self._write(rowcount, _CLAIM_WITHDRAWAL, params) == 1
-
-    async def release_withdrawal(self, delivery_id: int, *, now: float) -> None:
-        """A claimed withdrawal that did not happen: the message is still up, the delivery ``sent`` again."""
-        await self._write(rowcount, _RELEASE_WITHDRAWAL, {"w_id": delivery_id, "w_now": now})
-
-    async def deliveries_for(self, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
-        return await self._read(all_rows, _DELIVERIES_FOR, {"tenant_id": tenant_id, "request_id": request_id})
-
-    async def callbacks_due(self, *, limit: int = 500) -> list[dict[str, Any]]:
-        """Terminal requests (id, tenant_id, resolved_at) whose callback is not yet sent nor failed for good."""
-        return await self._read(all_rows, _CALLBACKS_DUE, {"limit": limit})
-
-    async def deliveries_for_many(self, tenant_id: str, request_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
-        if not request_ids:
-            return out
-        stmt = (select(deliveries_t).where(and_(deliveries_t.c.tenant_id == tenant_id,
-                                                deliveries_t.c.request_id.in_(request_ids)))
-                .order_by(deliveries_t.c.id))
-        for r in await self._read(all_rows, stmt):
-            out[r["request_id"]].append(r)
-        return out
-
-    # -- chat actions ----------------------------------------------------------
-
-    async def insert_chat_actions(self, rows: list[Mapping[str, Any]]) -> None:
-        if not rows:
-            return
-        await self._write(rowcount, _INSERT_CHAT_ACTION, [dict(r) for r in rows])
-
-    async def get_chat_action(self, token: str, *, channel: str) -> dict[str, Any] | None:
-        return await self._read(first, _GET_CHAT_ACTION, {"token": token, "channel": channel})
-
-    # -- message refs ----------------------------------------------------------
-
-    async def insert_message_ref(self, row: Mapping[str, Any]) -> None:
-        # ON CONFLICT DO NOTHING: the same message remembered twice (a retried delivery) keeps the first.
-        await self._write(rowcount, self._inserts.message_ref, dict(row))
-
-    async def get_message_ref(self, *, channel: str, message_key: str) -> dict[str, Any] | None:
-        return await self._read(first, _GET_MESSAGE_REF, {"channel": channel, "message_key": message_key})
-
     # -- api keys --------------------------------------------------------------
 
     async def insert_api_key(self, row: Mapping[str, Any]) -> None:
@@ -740,32 +637,6 @@ class Store:
             stmt = stmt.where(annotations_t.c.created_at < until)
         stmt = stmt.order_by(annotations_t.c.seq).limit(limit)
         return await self._read(all_rows, stmt)
-
-    # -- state -----------------------------------------------------------------
-
-    async def get_state(self, namespace: str, key: str) -> str | None:
-        return await self._read(scalar, GET_STATE, {"namespace": namespace, "key": key})
-
-    async def set_state(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
-        """Store ``value``; ``request_id``: the state is about that request and is pruned with it."""
-        await self._write(put_state, namespace, key, value, time.time(), request_id)
-
-    async def set_state_if_absent(self, namespace: str, key: str, value: str, *,
-                                  request_id: str | None = None) -> str:
-        """Store ``value`` unless a value is there already; return what is stored (first writer wins)."""
-        return await self._write(set_state_if_absent, self._inserts.state, namespace, key, value, request_id)
-
-    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str], *,
-                           request_id: str | None = None) -> str:
-        """Read-modify-write without losing a concurrent writer's change: ``change(current)`` is applied
-        with a compare-and-set and applied again to the newer value when another writer (a task here,
-        another instance) got in between. ``change`` must be pure. Returns what was stored."""
-        while True:
-            current = await self.get_state(namespace, key)
-            value = change(current)
-            if await self._write(replace_state, self._inserts.state, namespace, key, current, value, time.time(),
-                                 request_id):
-                return value
 
     # -- pruning (core/store/pruning.py) ---------------------------------------
 

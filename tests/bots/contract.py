@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import pytest
 from conftest import Api, base_config, running_app, settings_from
 
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.appkeys import DELIVERIES, DISPATCHER
 from handraise.core.connectors import Connector
 
 DriverFactory = Callable[[pytest.FixtureRequest], "ConnectorDriver"]
@@ -135,10 +135,10 @@ class ConnectorDriver(ABC):
     async def posted(self, api: Api, request: dict[str, Any]) -> Posted:
         """Wait for the question to be delivered; by default from the delivery's ``ref``."""
         await api.app[DISPATCHER].idle()
-        rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
-        sent = [r for r in rows if r["channel"] == self.channel and r["status"] == "sent"]
+        rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+        sent = [r for r in rows if r.channel == self.channel and r.status == "sent"]
         assert sent, f"no {self.channel} delivery sent: {rows}"
-        return Posted(request_id=request["id"], target=sent[0]["target"], ref=sent[0]["ref"])
+        return Posted(request_id=request["id"], target=sent[0].target, ref=sent[0].ref)
 
     @abstractmethod
     async def press(self, posted: Posted, choice: str, *, stranger: bool = False) -> Action:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import base_config, running_app, settings_from
 from handraise.bots.email import EmailConnector
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
 from handraise.webforms.connector import WebFormsChannel
 from harness.mail import SmtpRecorder, smtp_server, unique_address  # noqa: F401  (the session fixture)
 from tests.bots.email_helpers import email_section, links_in, open_page, post_form
@@ -40,7 +40,7 @@ async def people_mail(tmp_path: Path, server: SmtpRecorder) -> AsyncIterator[Any
 
 async def targets(api: Any, request_id: str) -> list[str]:
     await api.app[DISPATCHER].idle()
-    return sorted(r["target"] for r in await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request_id))
+    return sorted(r.target for r in await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id))
 
 
 async def approve(api: Any, mail: Any) -> None:

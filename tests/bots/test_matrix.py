@@ -461,7 +461,7 @@ async def test_a_batch_handled_again_after_a_crash_stays_quiet(world: World) -> 
     store = Store(url=url)  # the crash: the position saved after the answer is lost
     await store.open()
     try:
-        await store.set_state("matrix", state_key, position_before_answer)
+        await store.state.set("matrix", state_key, position_before_answer)
     finally:
         await store.close()
     mark = len(human.seen)

@@ -23,7 +23,8 @@ from conftest import Api, base_config, running_app, settings_from
 from handraise.bots.matrix import MatrixConnector
 from handraise.bots.matrix.cards import THUMBS_UP
 from handraise.bots.matrix.direct import DIRECT_ROOMS
-from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
+from handraise.core.deliveries import DeliveryRecord
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
 from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_card, is_edit_of, is_reaction_on
@@ -85,11 +86,11 @@ async def ask(api: Api, question: str, **extra: Any) -> dict[str, Any]:
                              "channels": ["matrix"], "timeout_seconds": 120, **extra})
 
 
-async def deliveries(api: Api, request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+async def deliveries(api: Api, request: dict[str, Any]) -> dict[str, DeliveryRecord]:
     """The request's deliveries by target, once the dispatcher has settled them."""
     await api.app[DISPATCHER].idle()
-    rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
-    return {row["target"]: row for row in rows}
+    rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+    return {row.target: row for row in rows}
 
 
 async def client_api(world: World, token: str, path: str) -> Any:
@@ -110,11 +111,11 @@ async def test_assigned_people_get_the_card_in_a_direct_room_answer_there_and_se
         # Dave has no Matrix id: the room's card is his. Carol's direct room cannot be opened: a failed
         # delivery, and the room's card still reaches her.
         assert set(rows) == {room, alice.user_id, bob.user_id, CAROL}
-        assert {t: r["status"] for t, r in rows.items()} == {room: "sent", alice.user_id: "sent",
+        assert {t: r.status for t, r in rows.items()} == {room: "sent", alice.user_id: "sent",
                                                               bob.user_id: "sent", CAROL: "failed"}
-        assert "M_FORBIDDEN" in rows[CAROL]["last_error"]
-        dm = rows[alice.user_id]["ref"]["room_id"]
-        assert dm not in (room, rows[bob.user_id]["ref"]["room_id"])
+        assert "M_FORBIDDEN" in (rows[CAROL].last_error or "")
+        dm = rows[alice.user_id].ref["room_id"]
+        assert dm not in (room, rows[bob.user_id].ref["room_id"])
 
         assert await alice.direct_room_from(bot) == dm
         # A DM as clients know one: the invite says is_direct, and the bot's m.direct lists the room.
@@ -126,7 +127,7 @@ async def test_assigned_people_get_the_card_in_a_direct_room_answer_there_and_se
         assert direct[alice.user_id] == [dm]
 
         card = await alice.expect(dm, is_card(bot, "Which port for the canary?"), what="the card in the DM")
-        assert card["event_id"] == rows[alice.user_id]["ref"]["event_id"]
+        assert card["event_id"] == rows[alice.user_id].ref["event_id"]
         # A DM notifies its person without mentions.
         assert not card["content"]["m.mentions"].get("user_ids") and "For:" not in card["content"]["body"]
         reply = await alice.reply(dm, card, "8443")
@@ -134,11 +135,11 @@ async def test_assigned_people_get_the_card_in_a_direct_room_answer_there_and_se
         assert (done["response"], done["answered_by"]) == ("8443", f"matrix:{alice.user_id}")
         await alice.expect(dm, is_reaction_on(reply, "✅", bot), what="✅ on the answer")
         await alice.expect(dm, is_edit_of(card["event_id"], bot, "Answered by Alice Example"), what="the DM edit")
-        await alice.expect(room, is_edit_of(rows[room]["ref"]["event_id"], bot, "Answered by Alice Example"),
+        await alice.expect(room, is_edit_of(rows[room].ref["event_id"], bot, "Answered by Alice Example"),
                            what="the room's card edited")
         bob_dm = await bob.direct_room_from(bot)
-        assert bob_dm == rows[bob.user_id]["ref"]["room_id"]
-        await bob.expect(bob_dm, is_edit_of(rows[bob.user_id]["ref"]["event_id"], bot, "Answered by Alice Example"),
+        assert bob_dm == rows[bob.user_id].ref["room_id"]
+        await bob.expect(bob_dm, is_edit_of(rows[bob.user_id].ref["event_id"], bot, "Answered by Alice Example"),
                          what="Bob's copy edited")
 
 
@@ -147,9 +148,9 @@ async def test_the_direct_room_is_reused_and_only_its_assigned_person_answers_th
     async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
         await started(api)
         first = await ask(api, "First question?", assign_to=["alice"])
-        dm = (await deliveries(api, first))[alice.user_id]["ref"]["room_id"]
+        dm = (await deliveries(api, first))[alice.user_id].ref["room_id"]
         second = await ask(api, "Second question?", assign_to=["alice"])
-        assert (await deliveries(api, second))[alice.user_id]["ref"]["room_id"] == dm
+        assert (await deliveries(api, second))[alice.user_id].ref["room_id"] == dm
         assert await alice.direct_room_from(bot) == dm
         assert [r for r, sender in alice.invited_by.items() if sender == bot] == [dm]
 
@@ -186,7 +187,7 @@ async def test_a_direct_only_tenant_uses_the_room_only_when_nobody_assigned_is_r
         assert set(await deliveries(api, direct)) == {alice.user_id}
         nobody = await ask(api, "Dave's?", assign_to=["dave"])  # no Matrix id: the room it is
         rows = await deliveries(api, nobody)
-        assert set(rows) == {room} and rows[room]["status"] == "sent"
+        assert set(rows) == {room} and rows[room].status == "sent"
         plain = await ask(api, "Anyone's?")  # not assigned: the room, as always
         assert set(await deliveries(api, plain)) == {room}
 
@@ -227,7 +228,7 @@ async def test_a_direct_room_its_person_encrypted_gives_way_and_reminders_reach_
     async with running_app(settings, connector_classes=[MatrixConnector]) as api:
         await started(api)
         first = await ask(api, "Before the encryption?", assign_to=["alice"])
-        dm = (await deliveries(api, first))[alice.user_id]["ref"]["room_id"]
+        dm = (await deliveries(api, first))[alice.user_id].ref["room_id"]
         assert await alice.direct_room_from(bot) == dm
         card = await alice.expect(dm, is_card(bot, "Before the encryption?"), what="the first card")
         reminder = await alice.expect(dm, lambda e: e.get("sender") == bot and "Reminder" in
@@ -240,8 +241,8 @@ async def test_a_direct_room_its_person_encrypted_gives_way_and_reminders_reach_
         assert sent.__class__.__name__ == "RoomPutStateResponse", sent
         second = await ask(api, "After the encryption?", assign_to=["alice"])
         rows = await deliveries(api, second)
-        fresh = rows[alice.user_id]["ref"]["room_id"]
-        assert rows[alice.user_id]["status"] == "sent" and fresh != dm
+        fresh = rows[alice.user_id].ref["room_id"]
+        assert rows[alice.user_id].status == "sent" and fresh != dm
         await alice.sync()
         assert sorted(r for r, sender in alice.invited_by.items() if sender == bot) == sorted([dm, fresh])
         await alice.join(fresh)

@@ -9,7 +9,8 @@ from typing import Any
 
 from conftest import Api, base_config
 
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
+from handraise.core.deliveries import DeliveryRecord
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.test_telegram import ask as telegram_ask
@@ -116,16 +117,16 @@ async def test_telegram_reaches_assigned_people_in_their_private_chat(sqlite_url
         driver.tg.started.add(ALLOWED)  # Alice has started the bot; Bob never did
         request = await api.create(ask("dm-1", assign_to=["group:oncall"]))
         await api.app[DISPATCHER].idle()
-        rows = {r["target"]: r for r in await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])}
+        rows = {r.target: r for r in await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])}
         assert set(rows) == {str(CHAT), str(ALLOWED), str(BOB_TG)}
-        assert rows[str(ALLOWED)]["status"] == "sent"
+        assert rows[str(ALLOWED)].status == "sent"
         # Telegram lets no bot write first: Bob's private copy fails, the group's message still reaches him.
-        assert rows[str(BOB_TG)]["status"] == "failed"
-        private = Posted(request_id=request["id"], target=str(ALLOWED), ref=rows[str(ALLOWED)]["ref"])
+        assert rows[str(BOB_TG)].status == "failed"
+        private = Posted(request_id=request["id"], target=str(ALLOWED), ref=rows[str(ALLOWED)].ref)
         await driver.callback_answer(await driver.press(private, "approve"))
         assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{ALLOWED}"
         await driver.assert_withdrawn(private, "Approved by Alice Example via Telegram")
-        group = Posted(request_id=request["id"], target=str(CHAT), ref=rows[str(CHAT)]["ref"])
+        group = Posted(request_id=request["id"], target=str(CHAT), ref=rows[str(CHAT)].ref)
         await driver.assert_withdrawn(group, "Approved by Alice Example via Telegram")
 
 
@@ -139,20 +140,21 @@ async def test_telegram_escalation_reaches_the_steps_people_who_may_then_answer(
         await api.app[DISPATCHER].idle()
         service = api.app[SERVICE]
 
-        async def targets() -> dict[str, dict[str, Any]]:
+        async def targets() -> dict[str, DeliveryRecord]:
             await api.app[DISPATCHER].idle()
-            return {r["target"]: r for r in await service.deliveries(tenant_id="acme", request_id=request["id"])}
+            rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+            return {r.target: r for r in rows}
 
         assert set(await targets()) == {str(CHAT), str(ALLOWED)}
-        group = Posted(request_id=request["id"], target=str(CHAT), ref=(await targets())[str(CHAT)]["ref"])
+        group = Posted(request_id=request["id"], target=str(CHAT), ref=(await targets())[str(CHAT)].ref)
         # Before the step, Bob's tap in the group is refused as a stranger's.
         await driver.callback_answer(await driver.press(group, "approve", user_id=BOB_TG))
         assert (await api.call("GET", f"/v1/requests/{request['id']}"))[1]["status"] == "pending"
         service.clock = lambda: time.time() + 121
         await service.sweep()
         rows = await targets()
-        assert set(rows) == {str(CHAT), str(ALLOWED), str(BOB_TG)} and rows[str(BOB_TG)]["status"] == "sent"
-        private = Posted(request_id=request["id"], target=str(BOB_TG), ref=rows[str(BOB_TG)]["ref"])
+        assert set(rows) == {str(CHAT), str(ALLOWED), str(BOB_TG)} and rows[str(BOB_TG)].status == "sent"
+        private = Posted(request_id=request["id"], target=str(BOB_TG), ref=rows[str(BOB_TG)].ref)
         await driver.callback_answer(await driver.press(private, "approve", user_id=BOB_TG))
         assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"
         await driver.assert_withdrawn(private, "Approved by Bob Builder via Telegram")

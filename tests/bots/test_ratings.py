@@ -12,7 +12,7 @@ import pytest
 from conftest import READER_KEY, Api, base_config, question, running_app, settings_from
 
 from handraise.bots.slack import SlackConnector
-from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.slack_helpers import (
@@ -210,8 +210,8 @@ async def slack(url: str, fake: FakeSlack, *, feedback: bool = True, **overrides
 async def slack_message(api: Api, fake: FakeSlack, request: dict[str, Any]) -> dict[str, Any]:
     """The request's own message as the fake holds it now (tests here share one fake between apps)."""
     await api.app[DISPATCHER].idle()
-    [row] = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
-    return fake.message(row["ref"]["channel"], row["ref"]["ts"]) | {"channel": row["ref"]["channel"]}
+    [row] = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+    return fake.message(row.ref["channel"], row.ref["ts"]) | {"channel": row.ref["channel"]}
 
 
 async def answered(api: Api, fake: FakeSlack, uid: str, **extra: Any) -> dict[str, Any]:

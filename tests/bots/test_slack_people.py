@@ -12,7 +12,8 @@ import pytest
 
 from conftest import Api, base_config, running_app, settings_from
 from handraise.bots.slack import SlackConnector
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.errors import ConfigError
+from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
 from tests.bots.slack_helpers import (
     ACME_CHANNEL,
     ALICE,
@@ -32,9 +33,12 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @contextlib.asynccontextmanager
-async def people_slack(tmp_path: Path, fake: FakeSlack, **overrides: Any) -> AsyncIterator[Api]:
+async def people_slack(tmp_path: Path, fake: FakeSlack, *, roomless: bool = False,
+                       **overrides: Any) -> AsyncIterator[Api]:
     config = base_config(f"sqlite:///{tmp_path / 'slack-people.db'}", slack=slack_section(fake, **overrides))
     config["slack"]["tenants"]["acme"]["allowed_user_ids"] = ["group:oncall"]
+    if roomless:  # acme reaches its people only in their DMs
+        del config["slack"]["tenants"]["acme"]["channel"]
     config["tenants"][0]["people"] = [
         {"id": "alice", "name": "Alice Example", "slack": ALICE, "groups": ["oncall"]},
         {"id": "bob", "name": "Bob Builder", "slack": BOB, "groups": ["oncall"]},
@@ -47,8 +51,8 @@ async def people_slack(tmp_path: Path, fake: FakeSlack, **overrides: Any) -> Asy
 
 async def deliveries(api: Api, request_id: str) -> list[tuple[str, str]]:
     await api.app[DISPATCHER].idle()
-    rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request_id)
-    return sorted((r["target"], r["status"]) for r in rows)
+    rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id)
+    return sorted((r.target, r.status) for r in rows)
 
 
 async def test_an_assigned_request_reaches_its_people_in_a_dm_and_refuses_the_rest(
@@ -192,3 +196,30 @@ async def test_a_step_whose_notice_was_lost_is_delivered_by_the_recovery_pass(tm
         assert await dispatcher.recover() == 1
         await posted_message(fake, req, channel=BOB)
         assert [t for t, _ in await deliveries(api, req["id"])] == sorted([ACME_CHANNEL, BOB])
+
+
+@pytest.mark.parametrize("mode", ["direct", "room_and_direct"])
+async def test_a_tenant_without_a_channel_is_reached_and_withdrawn_in_dms_only(tmp_path: Path, fake: FakeSlack,
+                                                                               mode: str) -> None:
+    # The dispatcher decides from targets_for (the assigned people's DMs), not from the tenant's rooms:
+    # with no channel at all, an assigned request is still posted, and its messages still withdrawn.
+    async with people_slack(tmp_path, fake, assigned_delivery=mode, roomless=True) as api:
+        req = await api.create(request_body("nr-1", kind="approval", assign_to=["alice"]))
+        in_dm = await posted_message(fake, req, channel=ALICE)
+        assert await deliveries(api, req["id"]) == [(ALICE, "sent")]
+        assert (await post_signed(api, tap(fake, in_dm, "Approve", user=ALICE)))[0] == 200
+        assert (await api.wait(req["id"]))["status"] == "answered"
+        await api.app[DISPATCHER].idle()
+        assert fake.message(in_dm["channel"], in_dm["ts"])["text"] == "✅ Approved by Alice Example via Slack"
+        assert await deliveries(api, req["id"]) == [(ALICE, "withdrawn")]
+        # Nobody to reach without assignment: the request is taken, and posted nowhere in Slack.
+        posts = len(fake.calls_of("chat.postMessage"))
+        unassigned = await api.create(request_body("nr-2", kind="approval"))
+        assert await deliveries(api, unassigned["id"]) == []
+        assert len(fake.calls_of("chat.postMessage")) == posts
+
+
+async def test_a_tenant_without_a_channel_needs_direct_delivery(tmp_path: Path, fake: FakeSlack) -> None:
+    with pytest.raises(ConfigError, match="acme have no channel"):
+        async with people_slack(tmp_path, fake, assigned_delivery="room", roomless=True):
+            pass

@@ -17,7 +17,7 @@ from conftest import Api, base_config, question, running_app, settings_from, unt
 
 from handraise.bots.telegram import TelegramConnector
 from handraise.bots.telegram.messages import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, utf16_len
-from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
 from handraise.core.config import Settings
 from handraise.core.errors import AlreadyAnsweredError, ConfigError, GoneError
 from tests.bots.contract import Posted
@@ -119,8 +119,8 @@ async def test_form_answer_with_a_fresh_link_per_chat(sqlite_url: str) -> None:
                   "required": ["host", "port"]}
         request = await api.create(ask("f-1", schema=schema))
         await api.app[DISPATCHER].idle()
-        rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request["id"])
-        posts = [Posted(request["id"], r["target"], r["ref"]) for r in rows]
+        rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+        posts = [Posted(request["id"], r.target, r.ref) for r in rows]
         tokens = {await form_token(driver, p) for p in posts}
         assert len(tokens) == 2  # one link per tap
 

@@ -10,7 +10,7 @@ from typing import Any
 from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
 from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
 
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
 from handraise.core.config import Settings
 from handraise.core.signedpost import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
 
@@ -41,8 +41,8 @@ async def failure_recorded(api: Api, request_id: str) -> None:
     """Until the first failed attempt is on the delivery row (it lands just after the receiver's 500)."""
     async with asyncio.timeout(15):
         while True:
-            rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=request_id)
-            if any(r["channel"] == "callback" and r["attempts"] >= 1 for r in rows):
+            rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id)
+            if any(r.channel == "callback" and r.attempts >= 1 for r in rows):
                 return
             await asyncio.sleep(0.05)
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from conftest import OPERATOR_KEY, base_config, running_app, settings_from
 
 from handraise.core.api import RequestView
-from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
 from handraise.core.connectors import Connector
 from handraise.core.outcomes import outcome_text
 from handraise.core.errors import ConnectorError
@@ -356,13 +356,13 @@ async def test_two_instances_seeing_one_message_end_withdraw_it_once(storage_url
         ca.withdrawn.clear()
         ca.release.clear()
         ca.withdraw_started.clear()
-        service = a.app[SERVICE]
-        row, = await service.store.deliveries_for("acme", created["id"])
-        await service.store.update_delivery(row["id"], status="sent")  # as if b's pass had not run yet
+        service, deliveries = a.app[SERVICE], a.app[DELIVERIES]
+        delivery, = await deliveries.of_request(tenant_id="acme", request_id=created["id"])
+        await deliveries.update(delivery, status="sent")  # as if b's pass had not run yet
         view = await service.get(tenant_id="acme", request_id=created["id"])
         ref = {"message": "g1"}
-        tasks = [asyncio.create_task(a.app[DISPATCHER]._withdraw_one(ca, view, "g1", row["id"], ref)),
-                 asyncio.create_task(b.app[DISPATCHER]._withdraw_one(cb, view, "g1", row["id"], ref))]
+        tasks = [asyncio.create_task(a.app[DISPATCHER]._withdraw_one(ca, view, delivery, ref)),
+                 asyncio.create_task(b.app[DISPATCHER]._withdraw_one(cb, view, delivery, ref))]
         both_started = asyncio.create_task(asyncio.wait(
             [asyncio.create_task(ca.withdraw_started.wait()), asyncio.create_task(cb.withdraw_started.wait())]))
         # Either both edits get under way (the race), or one instance stands aside and returns.
@@ -372,7 +372,7 @@ async def test_two_instances_seeing_one_message_end_withdraw_it_once(storage_url
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
         both_started.cancel()
         assert len(ca.withdrawn) + len(cb.withdrawn) == 1
-        row, = await service.store.deliveries_for("acme", created["id"])
-        assert row["status"] == "withdrawn"
+        delivery, = await deliveries.of_request(tenant_id="acme", request_id=created["id"])
+        assert delivery.status == "withdrawn"
         withdrawn = [e for e in await a.journal(created["id"]) if e["event"] == "withdrawn"]
         assert len(withdrawn) == 2  # the first pass, then one of the two racers

@@ -13,7 +13,7 @@ from conftest import AGENT_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, runn
 from sse import streams
 
 from handraise.core.api import RequestView
-from handraise.core.appkeys import BUS, CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import BUS, CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
 from handraise.core.connectors import Connector
 from handraise.core.events import REQUEST_VOTED
 
@@ -372,8 +372,8 @@ async def test_a_vote_counted_during_a_tally_edit_is_shown_by_the_next_edit(sqli
         await vote(api, "q-edit", "carol", "approve")
         await api.app[DISPATCHER].idle()
         assert connector.withdrawn == ["answered"] and connector.shown[-1] == 2
-        rows = await api.app[SERVICE].deliveries(tenant_id="acme", request_id=req["id"])
-        assert [r["status"] for r in rows] == ["withdrawn"]
+        rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=req["id"])
+        assert [r.status for r in rows] == ["withdrawn"]
 
 
 def test_a_long_tally_stays_one_short_line() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from handraise.core.deliveries import DeliveryLog
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store import Store
 
@@ -55,10 +57,10 @@ async def test_concurrent_writers_keep_one_unbroken_chain(store: Store) -> None:
 
 
 async def test_reads_see_committed_writes_and_state_is_first_writer_wins(store: Store) -> None:
-    await store.set_state("ns", "k", "v1")
-    assert await store.get_state("ns", "k") == "v1"
-    results = await asyncio.gather(*(store.set_state_if_absent("ns", "secret", f"s{i}") for i in range(10)))
-    assert len(set(results)) == 1 and await store.get_state("ns", "secret") == results[0]
+    await store.state.set("ns", "k", "v1")
+    assert await store.state.get("ns", "k") == "v1"
+    results = await asyncio.gather(*(store.state.set_if_absent("ns", "secret", f"s{i}") for i in range(10)))
+    assert len(set(results)) == 1 and await store.state.get("ns", "secret") == results[0]
 
 
 async def test_a_completed_body_commits_even_if_its_caller_is_cancelled(store: Store) -> None:
@@ -132,10 +134,10 @@ async def test_two_stores_setting_one_new_key_at_once_both_succeed(storage_url: 
     try:
         for round_ in range(5):
             key = f"k{round_}"
-            await asyncio.gather(*(s.set_state("ns", key, f"{i}") for i in range(20) for s in (a, b)))
-            assert await a.get_state("ns", key) in {str(i) for i in range(20)}
-        await a.set_state("ns", "k0", "last")
-        assert await b.get_state("ns", "k0") == "last"
+            await asyncio.gather(*(s.state.set("ns", key, f"{i}") for i in range(20) for s in (a, b)))
+            assert await a.state.get("ns", key) in {str(i) for i in range(20)}
+        await a.state.set("ns", "k0", "last")
+        assert await b.state.get("ns", "k0") == "last"
     finally:
         await a.close()
         await b.close()
@@ -179,8 +181,8 @@ async def test_concurrent_read_modify_writes_of_one_value_lose_nothing(storage_u
         def adding(item: int) -> Callable[[str | None], str]:
             return lambda kept: json.dumps([*json.loads(kept or "[]"), item])
 
-        await asyncio.gather(*(s.update_state("ns", "list", adding(i)) for i in range(20) for s in (a, b)))
-        assert sorted(json.loads(await a.get_state("ns", "list") or "[]")) == sorted([*range(20), *range(20)])
+        await asyncio.gather(*(s.state.update("ns", "list", adding(i)) for i in range(20) for s in (a, b)))
+        assert sorted(json.loads(await a.state.get("ns", "list") or "[]")) == sorted([*range(20), *range(20)])
     finally:
         await a.close()
         await b.close()
@@ -208,9 +210,9 @@ class _AnsweringConnection:
 async def test_a_leadership_check_never_swallows_its_callers_cancellation() -> None:
     # Python 3.11's asyncio.wait_for returns the result when it lands with the cancellation: the sync
     # loop being stopped then led on (and deadlocked stop()). A check must raise CancelledError.
-    from handraise.core.store.leadership import Leadership
+    from handraise.core.store.leadership import LeaderLocks
 
-    leadership = Leadership(dsn="postgresql://unused")
+    leadership = LeaderLocks(dsn="postgresql://unused")
     conn = _AnsweringConnection()
     leadership._locks["loop"] = conn
     check = asyncio.create_task(leadership.alive("loop"))
@@ -226,9 +228,9 @@ async def test_a_standby_polling_for_leadership_keeps_one_connection(pg_url: str
     # backend each time and, under load, connect failures that grew the follower's backoff.
     import asyncpg
 
-    from handraise.core.store.leadership import Leadership
+    from handraise.core.store.leadership import LeaderLocks
 
-    leader, follower = Leadership(dsn=pg_url), Leadership(dsn=pg_url)
+    leader, follower = LeaderLocks(dsn=pg_url), LeaderLocks(dsn=pg_url)
     admin = await asyncpg.connect(pg_url)
     try:
         assert await leader.take("loop")
@@ -244,3 +246,31 @@ async def test_a_standby_polling_for_leadership_keeps_one_connection(pg_url: str
         await leader.release_all()
         await follower.release_all()
         await admin.close()
+
+
+async def test_a_delivery_change_and_its_journal_entry_commit_together(store: Store, storage_url: str) -> None:
+    # The lifecycle's rule holds for deliveries too: a journal entry that cannot be written (here: an
+    # instance without the server secret cannot chain one) leaves the delivery as it was.
+    log = DeliveryLog(records=store.deliveries, clock=time.time)
+    delivery = await log.open(tenant_id="t", request_id="req_1", channel="chat", target="room-1")
+    unkeyed = Store(url=storage_url)
+    await unkeyed.open()
+    try:
+        with pytest.raises(RuntimeError, match="server secret"):
+            await DeliveryLog(records=unkeyed.deliveries, clock=time.time).record(
+                delivery, event="delivered", run_id=None, data={"attempt": 1}, status="sent", attempts=1,
+                ref={"message": 7})
+    finally:
+        await unkeyed.close()
+    [row] = await log.of_request(tenant_id="t", request_id="req_1")
+    assert (row.status, row.attempts, row.ref) == ("pending", 0, {})
+    assert await store.journal_entries(tenant_id="t") == []
+
+    await log.record(delivery, event="delivered", run_id=None, data={"attempt": 1}, status="sent", attempts=1,
+                     ref={"message": 7})
+    [row] = await log.of_request(tenant_id="t", request_id="req_1")
+    assert (row.status, row.attempts, row.ref) == ("sent", 1, {"message": 7})
+    [entry] = await store.journal_entries(tenant_id="t")
+    assert (entry.event, entry.request_id, entry.channel, entry.data) == (
+        "delivered", "req_1", "chat", {"target": "room-1", "attempt": 1})
+    assert await store.verify_journal() == []

@@ -21,7 +21,7 @@ from aiohttp import ClientSession, web
 from conftest import AGENT_KEY, OPERATOR_KEY, OTHER_OPERATOR_KEY, base_config, settings_from
 from handraise.bots.telegram import TelegramConnector
 from handraise.core.app import create_app
-from handraise.core.appkeys import SERVICE
+from handraise.core.appkeys import DELIVERIES, SERVICE
 from handraise.webforms.connector import WebFormsChannel
 from harness.a11y import assert_no_serious_violations
 from harness.browser import screenshot
@@ -204,15 +204,15 @@ async def test_an_answer_from_telegram_closes_the_card(tmp_path: Path, page: Any
                                    message_for_user="Ship it?", channels=["telegram"])
             await card_appears(page, req["id"])
             await driver.tg.wait_for_call("sendMessage")
-            service = hosted.app[SERVICE]
-            delivery = next(d for d in await service.deliveries(tenant_id="acme", request_id=req["id"])
-                            if d["channel"] == "telegram")
+            deliveries = hosted.app[DELIVERIES]
+            delivery = next(d for d in await deliveries.of_request(tenant_id="acme", request_id=req["id"])
+                            if d.channel == "telegram")
             for _ in range(200):
-                if delivery["status"] == "sent":
+                if delivery.status == "sent":
                     break
                 await asyncio.sleep(0.05)
-                delivery = (await service.deliveries(tenant_id="acme", request_id=req["id"]))[0]
-            await driver.press(Posted(request_id=req["id"], target=delivery["target"], ref=delivery["ref"]), "yes")
+                delivery = (await deliveries.of_request(tenant_id="acme", request_id=req["id"]))[0]
+            await driver.press(Posted(request_id=req["id"], target=delivery.target, ref=delivery.ref), "yes")
             done = await hosted.wait(req["id"])
             assert done["answered_via"] == "telegram"
             await card_goes(page, req["id"], within=5.0)
