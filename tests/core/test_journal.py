@@ -148,20 +148,88 @@ async def test_tenants_chains_do_not_wait_for_each_other(pg_url: str) -> None:
 
         task = asyncio.create_task(slow_tenant())
         await holding.wait()
-        # Another tenant appends and commits while the first transaction is still open.
-        async def other_tenant() -> None:
+        # A second writer of the held tenant queues behind its head's row lock (the lock is per tenant, not
+        # absent): seen in PostgreSQL's own view of who waits for a lock, not guessed from a delay.
+        async def append(tenant: str) -> None:
             async with store.transaction() as conn:
-                await store.append_journal(conn, tenant_id="fast", event="created")
+                await store.append_journal(conn, tenant_id=tenant, event="created")
 
-        await asyncio.wait_for(other_tenant(), timeout=10)
+        queued = asyncio.create_task(append("slow"))
+        await until_lock_waiters(store, 1)
+        # Another tenant appends and commits while the first transaction is still open.
+        await asyncio.wait_for(append("fast"), timeout=10)
+        assert not queued.done()
         release.set()
         await task
+        await queued
         assert [e.seq for e in await store.journal_entries(tenant_id="fast")] == [1]
-        assert [e.seq for e in await store.journal_entries(tenant_id="slow")] == [1]
+        assert [e.seq for e in await store.journal_entries(tenant_id="slow")] == [1, 2]
         assert await store.verify_journal() == []
     finally:
         await store.close()
 
+
+async def until_lock_waiters(store: Store, count: int, timeout: float = 10.0) -> None:
+    """Until ``count`` backends of this database wait for a heavyweight lock (pg_stat_activity)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        rows = await sql(store, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND wait_event_type = 'Lock'")
+        if rows[0][0] >= count:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{count} lock waiter(s) never appeared"
+        await asyncio.sleep(0.02)
+
+
+async def test_concurrent_writers_of_two_tenants_leave_two_whole_chains(storage_url: str) -> None:
+    store = Store(url=storage_url, secret=SECRET)
+    await store.open()
+    try:
+        async def append(tenant: str, i: int) -> None:
+            async with store.transaction() as conn:
+                await store.append_journal(conn, tenant_id=tenant, event="annotation", data={"i": i})
+
+        await asyncio.gather(*(append(tenant, i) for i in range(25) for tenant in ("acme", "globex")))
+        for tenant in ("acme", "globex"):
+            entries = await store.journal_entries(tenant_id=tenant)
+            assert [e.seq for e in entries] == list(range(1, 26))
+            assert sorted(e.data["i"] for e in entries) == list(range(25))
+            # Each chain starts at the genesis and links only its own tenant's entries.
+            assert [e.prev_hash for e in entries] == [GENESIS_HASH] + [e.hash for e in entries[:-1]]
+            assert {e.tenant_id for e in entries} == {tenant}
+        assert await store.verify_journal() == []
+    finally:
+        await store.close()
+
+
+async def test_tampering_is_reported_for_its_tenant_only(api: Api) -> None:
+    store = api.app[STORE]
+    await answered_requests(api, 2, prefix="a")
+    async with store.transaction() as conn:
+        await store.append_journal(conn, tenant_id="globex", event="annotation", data={"note": "kept"})
+    await sql(store, "UPDATE journal SET data_json = :d WHERE tenant_id = 'globex'", {"d": '{"note":"forged"}'})
+    problems = await store.verify_journal()
+    assert problems and all(p.startswith("tenant globex") for p in problems), problems
+    assert any("altered" in p for p in problems), problems
+
+
+async def test_an_entry_moved_into_another_tenants_chain_is_caught(api: Api) -> None:
+    """Chains never cross: an entry of one tenant re-homed at the end of another's (its seq and its
+    prev_hash made to fit, the head moved to it) fails its HMAC, which covers the tenant."""
+    store = api.app[STORE]
+    await answered_requests(api, 1, prefix="m")
+    async with store.transaction() as conn:
+        await store.append_journal(conn, tenant_id="globex", event="annotation", data={"note": "globex's"})
+    (acme_seq, acme_hash), = await sql(store, "SELECT seq, hash FROM journal_heads WHERE tenant_id = 'acme'")
+    await sql(store, "UPDATE journal SET tenant_id = 'acme', seq = :s, prev_hash = :p WHERE tenant_id = 'globex'",
+              {"s": acme_seq + 1, "p": acme_hash})
+    moved_hash, = (await sql(store, "SELECT hash FROM journal WHERE tenant_id = 'acme' AND seq = :s",
+                             {"s": acme_seq + 1}))[0]
+    await sql(store, "UPDATE journal_heads SET seq = :s, hash = :h WHERE tenant_id = 'acme'",
+              {"s": acme_seq + 1, "h": moved_hash})
+    problems = await store.verify_journal()
+    assert f"tenant acme, entry {acme_seq + 1}: altered (its HMAC does not match)" in problems, problems
+    assert any(p.startswith("tenant globex") and "removed from the end" in p for p in problems), problems
 
 # -- upgrading a database made at the previous head (0003) -------------------------------
 
