@@ -134,13 +134,16 @@ class DirectMessages(HomeserverCalls):
     async def _abandon(self, room_id: str, user_id: str) -> None:
         """Leave a direct room nobody will use, taking back its invite first where the bot may (from
         room version 12 the person invited to a private chat is one of its creators: the invite stays)."""
-        for call, ok, what in ((self.client.room_kick(room_id, user_id, reason="Opened twice"), RoomKickResponse,
-                                f"take back an invite to {room_id}"),
-                               (self.client.room_leave(room_id), RoomLeaveResponse, f"leave {room_id}")):
-            try:
-                await self._call(call, ok, what)
-            except ConnectorError as e:
-                self.log.info("matrix: a spare direct room (%s)", e.message, extra={"room_id": room_id})
+        try:
+            await self._call(self.client.room_kick(room_id, user_id, reason="Opened twice"), RoomKickResponse,
+                             f"take back an invite to {room_id}")
+        except ConnectorError as e:
+            self.log.info("matrix: a spare direct room keeps its invite (%s)", e.message, extra={"room_id": room_id})
+        try:
+            await self._call(self.client.room_leave(room_id), RoomLeaveResponse, f"leave {room_id}")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not leave a spare direct room (%s)", e.message,
+                             extra={"room_id": room_id})
 
     async def _is_direct_room(self, room_id: str) -> bool:
         """Whether ``room_id`` is a direct room the bot opened with someone (cards may be answered there)."""
