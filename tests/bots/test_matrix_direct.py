@@ -262,9 +262,9 @@ async def test_an_escalation_step_reaches_its_people_in_their_direct_rooms(world
         service.clock = lambda: time.time() + 61  # the step is due
         await service.sweep()
         rows = await deliveries(api, request)
-        assert set(rows) == {room, alice.user_id, bob.user_id} and rows[bob.user_id]["status"] == "sent"
+        assert set(rows) == {room, alice.user_id, bob.user_id} and rows[bob.user_id].status == "sent"
         dm = await bob.direct_room_from(bot)
-        assert dm == rows[bob.user_id]["ref"]["room_id"]
+        assert dm == rows[bob.user_id].ref["room_id"]
         card = await bob.expect(dm, is_card(bot, "Escalate to Bob?"), what="the card in Bob's DM")
         await bob.react(dm, card["event_id"], THUMBS_UP)
         done = await api.wait(request["id"], timeout=30)
