@@ -53,10 +53,12 @@ class DirectMessages(HomeserverCalls):
         room, sent = await self._send_direct(sender.user_id, link_content(outcome.url, view,
                                                                           tz=self.timezone(tenant_id)),
                                              what="a personal form link")
-        # Kept so that withdraw edits the link away when the request ends.
-        kept = json.loads(await self.service.get_state(LINKS_SENT, request_id) or "[]")
-        kept.append([room, sent])
-        await self.service.set_state(LINKS_SENT, request_id, json.dumps(kept))
+        # Kept so that withdraw edits the link away when the request ends (atomic, as Telegram's: a link
+        # sent by another instance stays on the list), and pruned with the request's other spent rows.
+        entry = [room, sent]
+        await self.service.update_state(LINKS_SENT, request_id,
+                                        lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
+                                        request_id=request_id)
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if view.terminal:  # ended while the link was on its way: withdraw has run already
             await self._close_links(view, await self.outcome_of(view))

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from nio import RoomCreateResponse, RoomGetEventResponse
 
 from handraise.bots.matrix import MatrixConnector
 from handraise.bots.matrix.cards import FORM_KEY, THUMBS_DOWN, THUMBS_UP
+from handraise.bots.matrix.direct import LINKS_SENT
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.store import Store
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
@@ -177,6 +179,12 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         # Everything that offered the form goes with the request: the personal link, the bot's 📝.
         dm_room = await world.human.direct_room_from(bot)
         await world.human.expect(dm_room, is_edit_of(sent["event_id"], bot, "Answered"), what="the link edited away")
+        # The record of the link goes with the request's other spent rows, past the retention.
+        service = api.app[SERVICE]
+        assert await service.get_state(LINKS_SENT, created["id"]) is not None
+        service.clock = lambda: time.time() + 8 * 86400
+        await service.prune_spent(force=True)
+        assert await service.get_state(LINKS_SENT, created["id"]) is None
         await world.human.expect(room, lambda e: e.get("type") == "m.room.redaction" and form_key["event_id"] in (
             e.get("redacts"), (e.get("content") or {}).get("redacts")), what="the bot's 📝 taken back")
 
