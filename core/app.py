@@ -32,6 +32,7 @@ from handraise.core.appkeys import (
     SETTINGS,
     STORE,
 )
+from handraise.core import defaults
 from handraise.core.config import Settings
 from handraise.core.channels import Channel, load_enabled
 from handraise.core.connectors import Connector
@@ -109,6 +110,10 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     # Only connectors post requests anywhere: the dispatcher never sees a channel that cannot.
     app[CONNECTORS] = connectors = {name: c for name, c in channels.items() if isinstance(c, Connector)}
     service.channel_serves.update({name: c.serves for name, c in channels.items()})
+    problem = defaults.channel_problem(settings, service.channels_for)
+    if problem is not None:
+        await http.close()
+        raise ConfigError(problem)
     # Callbacks are posted through the shared session, only where a tenant can have them.
     callbacks_on = any(t.callbacks is not None for t in settings.tenants)
     # The service's clock as it reads at each call: a test that moves it moves the deliveries' too.

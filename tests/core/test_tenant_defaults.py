@@ -144,3 +144,16 @@ async def test_a_retry_is_the_same_request(api: Api) -> None:
     assert status == 200 and again["id"] == first["id"]
     created = (await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=first["id"]))[0]
     assert created["data"]["assign_to"] == ["group:oncall"] and created["data"]["on_timeout"] == "reject"
+
+
+async def test_a_default_step_on_a_channel_that_does_not_serve_the_tenant_stops_the_start(tmp_path: Path) -> None:
+    from handraise.core.app import create_app
+
+    config = base_config(f"sqlite:///{tmp_path / 'defaults-channel.db'}")
+    config["tenants"][0]["people"] = [{"id": "bob"}]
+    config["tenants"][0]["defaults"] = {"approval": {"escalation": [
+        {"after_seconds": 60, "to": ["bob"], "channels": ["telegram"]}]}}
+    with pytest.raises(ConfigError) as e:
+        await create_app(settings_from(config), connector_classes=[])
+    assert str(e.value).startswith("tenants[0].defaults.approval.escalation.0.channels: telegram does not serve "
+                                   "tenant acme")
