@@ -58,6 +58,7 @@ from servers import (  # noqa: E402
     REPO,
     config_toml,
     free_port,
+    journal_check,
     machine,
     postgres_url,
     workdir,
@@ -312,28 +313,11 @@ async def _pg_restart() -> float:
 
 
 async def _journal_check(url: str, instances: list[Instance]) -> dict[str, Any]:
-    import asyncpg
-
-    conn = await asyncpg.connect(url, timeout=10)
-    try:
-        doubled = await conn.fetchval(
-            "SELECT count(*) FROM (SELECT request_id FROM journal WHERE event = 'answered' "
-            "GROUP BY request_id HAVING count(*) > 1) d")
-        answered = await conn.fetchval("SELECT count(*) FROM requests WHERE status = 'answered'")
-        pending = await conn.fetchval("SELECT count(*) FROM requests WHERE status = 'pending'")
-    finally:
-        await conn.close()
     # The CLI as an operator runs it, straight to the database (not through a proxy of this loop).
     config = instances[0].config.with_name("verify.toml")
     config.write_text(instances[0].config.read_text().replace(_via_proxy(url, instances[0].proxy), url),
                       encoding="utf-8")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "handraise.core.cli", "journal", "verify",
-                                                "--config", str(config), cwd=REPO, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
-    output, _ = await asyncio.wait_for(proc.communicate(), 300)
-    return {"journal_doubled": doubled, "db_answered": answered, "db_pending": pending,
-            "journal_verify_rc": proc.returncode,
-            "journal_verify_output": output.decode(errors="replace").strip().splitlines()[-3:]}
+    return await journal_check(url, config)
 
 
 def _percentile(values: list[float], p: float) -> float:

@@ -92,8 +92,14 @@ class Running:
         return self.process.pid
 
 
-def config_toml(storage_url: str) -> str:
-    return f"""
+def tenant_suffixes(count: int) -> list[str]:
+    """``count`` bench tenants' suffixes: the bench's tenant is ``bench`` with the plain keys, the others
+    ``bench-2`` … with ``-2`` … after each id and key."""
+    return [""] + [f"-{n}" for n in range(2, count + 1)]
+
+
+def config_toml(storage_url: str, *, tenants: int = 1) -> str:
+    text = f"""
 [storage]
 url = "{storage_url}"
 
@@ -102,20 +108,23 @@ level = "WARNING"
 
 [limits]
 max_wait_seconds = {MAX_WAIT_SECONDS}
-
+"""
+    for n in tenant_suffixes(tenants):
+        text += f"""
 [[tenants]]
-id = "{TENANT}"
+id = "{TENANT}{n}"
 
   [[tenants.keys]]
-  id = "bench-agent"
-  key = "{ASK_KEY}"
+  id = "bench-agent{n}"
+  key = "{ASK_KEY}{n}"
   scopes = ["ask"]
 
   [[tenants.keys]]
-  id = "bench-operator"
-  key = "{ANSWER_KEY}"
+  id = "bench-operator{n}"
+  key = "{ANSWER_KEY}{n}"
   scopes = ["answer", "read"]
 """
+    return text
 
 
 def write_config(*, storage_url: str, workdir: Path) -> Path:
@@ -201,9 +210,10 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 @contextlib.asynccontextmanager
-async def handraise_server(*, storage_url: str, workdir: Path, name: str) -> AsyncIterator[Running]:
-    """``python -m core.cli serve`` on a fresh port with the bench's config; stopped on exit."""
-    config = write_config(storage_url=storage_url, workdir=workdir)
+async def handraise_server(*, storage_url: str, workdir: Path, name: str,
+                           config: Path | None = None) -> AsyncIterator[Running]:
+    """``python -m core.cli serve`` on a fresh port with the bench's config (or ``config``); stopped on exit."""
+    config = config or write_config(storage_url=storage_url, workdir=workdir)
     port = free_port()
     log_path = workdir / f"{name}.log"
     entry = ["-m", "handraise.core.cli", "serve"]
@@ -272,3 +282,28 @@ def workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="handraise-bench-") as d:
         yield Path(d)
 
+
+
+async def journal_check(url: str, config: Path) -> dict[str, object]:
+    """After a run on PostgreSQL: requests with two ``answered`` entries, answered requests, entries, chains;
+    and ``handraise journal verify`` run as an operator would, with ``config``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        doubled = await conn.fetchval(
+            "SELECT count(*) FROM (SELECT request_id FROM journal WHERE event = 'answered' "
+            "GROUP BY request_id HAVING count(*) > 1) d")
+        answered = await conn.fetchval("SELECT count(*) FROM requests WHERE status = 'answered'")
+        pending = await conn.fetchval("SELECT count(*) FROM requests WHERE status = 'pending'")
+        entries = await conn.fetchval("SELECT count(*) FROM journal")
+        chains = await conn.fetchval("SELECT count(*) FROM journal_heads")
+    finally:
+        await conn.close()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "handraise.core.cli", "journal", "verify",
+                                                "--config", str(config), cwd=REPO, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    output, _ = await asyncio.wait_for(proc.communicate(), 600)
+    return {"journal_doubled": doubled, "db_answered": answered, "db_pending": pending, "journal_entries": entries,
+            "chains": chains, "journal_verify_rc": proc.returncode,
+            "journal_verify_output": output.decode(errors="replace").strip().splitlines()[-3:]}

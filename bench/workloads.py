@@ -42,20 +42,31 @@ def _unique_id(tag: str) -> str:
     return f"bench-{_run}-{tag}-{next(_counter)}"
 
 
-async def _create(http: aiohttp.ClientSession, base: str, unique_id: str, *, timeout_seconds: int = 600) -> str:
+@dataclass(frozen=True)
+class Lane:
+    """Where one agent of a cycle run works: a server, and the keys of one tenant there."""
+
+    server: Running
+    ask: dict[str, str]
+    answer: dict[str, str]
+
+
+async def _create(http: aiohttp.ClientSession, base: str, unique_id: str, *, timeout_seconds: int = 600,
+                  headers: dict[str, str] = ASK) -> str:
     body = {"unique_id": unique_id, "message_for_user": MESSAGE, "timeout_seconds": timeout_seconds,
             "schema": SCHEMA}
-    async with http.post(f"{base}/v1/requests", json=body, headers=ASK) as resp:
+    async with http.post(f"{base}/v1/requests", json=body, headers=headers) as resp:
         data = await resp.json(content_type=None)
         if resp.status != 201:
             raise BenchError(f"create: {resp.status} {data}")
     return data["id"]
 
 
-async def _submit(http: aiohttp.ClientSession, base: str, unique_id: str) -> float:
+async def _submit(http: aiohttp.ClientSession, base: str, unique_id: str, *,
+                  headers: dict[str, str] = ANSWER) -> float:
     """Answer; returns the perf_counter time at which the 200 arrived (status line and headers read)."""
     async with http.post(f"{base}/api/human-feedback/submit", json={"unique_id": unique_id, "response": ANSWER_VALUE},
-                         headers=ANSWER) as resp:
+                         headers=headers) as resp:
         arrived = time.perf_counter()
         data = await resp.json(content_type=None)
         if resp.status != 200:
@@ -64,9 +75,9 @@ async def _submit(http: aiohttp.ClientSession, base: str, unique_id: str) -> flo
 
 
 async def _wait(http: aiohttp.ClientSession, base: str, request_id: str, *, timeout: float,
-                trace_ctx: Any = None) -> tuple[float, dict[str, Any]]:
+                trace_ctx: Any = None, headers: dict[str, str] = ASK) -> tuple[float, dict[str, Any]]:
     """Long-poll; returns the perf_counter time at which the whole answer was read, and the answer."""
-    async with http.get(f"{base}/v1/requests/{request_id}/wait", params={"timeout": str(timeout)}, headers=ASK,
+    async with http.get(f"{base}/v1/requests/{request_id}/wait", params={"timeout": str(timeout)}, headers=headers,
                         trace_request_ctx=trace_ctx) as resp:
         data = await resp.json(content_type=None)
         returned = time.perf_counter()
@@ -95,42 +106,51 @@ class Cycles:
     server_cpu_percent: float
 
 
-async def cycles(server: Running, *, workers: int, duration: float, warmup: float = 1.0) -> Cycles:
-    """``workers`` agents, each looping create → answer → wait (the answer is already there) for ``duration`` s."""
+async def cycles(server: Running | list[Lane], *, workers: int, duration: float, warmup: float = 1.0) -> Cycles:
+    """``workers`` agents, each looping create → answer → wait (the answer is already there) for ``duration`` s.
+
+    ``server``: one server (the bench's tenant), or lanes the agents are dealt round (several instances of
+    one database, several tenants); "server CPU" is then the sum over the lanes' servers."""
+    lanes = server if isinstance(server, list) else [Lane(server, ASK, ANSWER)]
+    pids = sorted({lane.server.pid for lane in lanes})
     latencies: list[float] = []
     stop_at = 0.0
     measuring = False
 
-    async def worker(http: aiohttp.ClientSession) -> int:
+    async def worker(http: aiohttp.ClientSession, lane: Lane) -> int:
         done = 0
+        base = lane.server.base
         while True:
             started = time.perf_counter()
             if started >= stop_at:
                 return done
             unique_id = _unique_id("c")
-            request_id = await _create(http, server.base, unique_id)
-            await _submit(http, server.base, unique_id)
-            _, data = await _wait(http, server.base, request_id, timeout=5)
+            request_id = await _create(http, base, unique_id, headers=lane.ask)
+            await _submit(http, base, unique_id, headers=lane.answer)
+            _, data = await _wait(http, base, request_id, timeout=5, headers=lane.ask)
             if data.get("status") != "answered" or data.get("response") != ANSWER_VALUE:
                 raise BenchError(f"wait returned {data.get('status')!r} instead of the answer")
             if measuring:
                 done += 1
                 latencies.append(time.perf_counter() - started)
 
+    def cpu() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
     async with _session(limit=workers * 2) as http:
         stop_at = time.perf_counter() + warmup
-        await asyncio.gather(*(worker(http) for _ in range(workers)))
+        await asyncio.gather(*(worker(http, lanes[i % len(lanes)]) for i in range(workers)))
         measuring = True
-        cpu0 = cpu_seconds(server.pid)
+        cpu0 = cpu()
         t0 = time.perf_counter()
         stop_at = t0 + duration
-        counts = await asyncio.gather(*(worker(http) for _ in range(workers)))
+        counts = await asyncio.gather(*(worker(http, lanes[i % len(lanes)]) for i in range(workers)))
         elapsed = time.perf_counter() - t0
-        cpu = cpu_seconds(server.pid) - cpu0
+        cpu_used = cpu() - cpu0
     total = sum(counts)
     return Cycles(per_second=total / elapsed, cycles=total, seconds=elapsed,
                   p50_ms=percentile(latencies, 50) * 1000, p99_ms=percentile(latencies, 99) * 1000,
-                  server_cpu_percent=100 * cpu / elapsed)
+                  server_cpu_percent=100 * cpu_used / elapsed)
 
 
 # -- wake latency -----------------------------------------------------------------------------------------------
