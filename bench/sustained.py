@@ -306,6 +306,33 @@ def _p(values: list[float], p: float) -> float | None:
 # -- one instance against two -----------------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def lock_waiters(url: str, every: float = 0.02) -> Any:
+    """Samples, every ``every`` s while the block runs, how many of the database's backends wait for a lock
+    (pg_stat_activity): the writers queued on a journal head (or, through BENCH_SERVE_SCRIPT, on another
+    lock), a figure the machine's load moves less than a rate."""
+    import asyncpg
+
+    samples: list[int] = []
+    stop = asyncio.Event()
+    conn = await asyncpg.connect(url, timeout=10)
+
+    async def sample() -> None:
+        while not stop.is_set():
+            samples.append(await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"))
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield samples
+    finally:
+        stop.set()
+        await task
+        await conn.close()
+
+
 async def one_vs_two(url: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     async with floor_server(workdir=tmp) as floor:
         floor_rate = (await cycles(floor, workers=args.workers, duration=args.cycle_duration)).per_second
@@ -315,13 +342,16 @@ async def one_vs_two(url: str, tmp: Path, args: argparse.Namespace) -> dict[str,
         def lanes(on: list[Running]) -> list[Lane]:
             return [Lane(s, t.ask, t.answer) for s in on for t in ts]
 
-        runs = {}
+        runs, waiters = {}, {}
         for name, on in (("one", servers[:1]), ("two", servers), ("one_again", servers[:1])):
-            runs[name] = asdict(await cycles(lanes(on), workers=args.workers, duration=args.cycle_duration))
+            async with lock_waiters(url) as samples:
+                runs[name] = asdict(await cycles(lanes(on), workers=args.workers, duration=args.cycle_duration))
+            waiters[name] = round(sum(samples) / max(1, len(samples)), 2)
     one = (runs["one"]["per_second"] + runs["one_again"]["per_second"]) / 2
     return {"floor": round(floor_rate, 1), "workers": args.workers, "duration_s": args.cycle_duration,
             **{k: round(v["per_second"], 1) for k, v in runs.items()},
             "server_cpu_percent": {k: round(v["server_cpu_percent"]) for k, v in runs.items()},
+            "mean_lock_waiters": waiters,
             "two_over_one": round(runs["two"]["per_second"] / one, 2), "one_of_floor": round(one / floor_rate, 3)}
 
 
@@ -354,7 +384,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"cycles ({c['workers']} workers, {c['duration_s']:g} s each): floor {c['floor']}/s; one "
                      f"instance {c['one']} then {c['one_again']}/s ({c['one_of_floor']} of floor); two instances "
                      f"{c['two']}/s: {c['two_over_one']}x (target >= {TARGET_TWO_INSTANCES}); server CPU "
-                     f"{c['server_cpu_percent']}")
+                     f"{c['server_cpu_percent']}; backends waiting for a lock, mean {c['mean_lock_waiters']}")
     return "\n".join(lines)
 
 
