@@ -23,6 +23,7 @@ from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 from harness.live import live_server  # noqa: F401  (one real `handraise serve` per session)
+from harness.sqlite_template import templates
 
 from handraise.core.app import create_app
 from handraise.core.config import Settings
@@ -296,6 +297,8 @@ class Api:
 @contextlib.asynccontextmanager
 async def running_app(settings: Settings, **kwargs: Any) -> AsyncIterator[Api]:
     kwargs.setdefault("connector_classes", [])
+    # A new SQLite file starts as a copy of the session's migrated template rather than migrating again.
+    await templates.seed(settings.storage.url)
     app = await create_app(settings, **kwargs)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
