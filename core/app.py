@@ -35,6 +35,7 @@ from handraise.core.appkeys import (
 from handraise.core import defaults
 from handraise.core.config import Settings
 from handraise.core.channels import Channel, load_enabled
+from handraise.core.chatrefs import ChatRefs
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
 from handraise.core.deliveries import DeliveryLog
@@ -56,6 +57,7 @@ from handraise.core.metrics import Metrics
 from handraise.core.serversecret import ServerSecret, load_server_secret
 from handraise.core.runs import RunService
 from handraise.core.service import RequestService
+from handraise.core.signingkey import SigningKey
 from handraise.core.store import NOTIFY_CHANNEL, Store
 
 log = logging.getLogger(__name__)
@@ -95,10 +97,17 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
                   hitl.routes):
         app.router.add_routes(table)
 
+    # What channels and the dispatcher use beside the lifecycle, one interface per concept. The service's
+    # clock is read at each call: a test that moves it moves theirs too.
+    app[DELIVERIES] = deliveries = DeliveryLog(records=store.deliveries, clock=lambda: service.clock())
+    chat_refs = ChatRefs(records=store.chat_refs, clock=lambda: service.clock())
+    signing_key = SigningKey(state=store.state)
     channels: dict[str, Channel[Any]] = {}
     try:
         for cls in classes:
-            channel = cls(settings=cls.load_settings(settings), service=service, http=http,
+            channel = cls(settings=cls.load_settings(settings), service=service, state=store.state,
+                          leadership=store.leadership, chat_refs=chat_refs, deliveries=deliveries,
+                          signing_key=signing_key, http=http,
                           log=logging.getLogger(f"handraise.connector.{cls.name}"), app_settings=settings,
                           annotations=app[ANNOTATIONS])
             channels[cls.name] = channel
@@ -116,8 +125,6 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
         raise ConfigError(problem)
     # Callbacks are posted through the shared session, only where a tenant can have them.
     callbacks_on = any(t.callbacks is not None for t in settings.tenants)
-    # The service's clock as it reads at each call: a test that moves it moves the deliveries' too.
-    app[DELIVERIES] = deliveries = DeliveryLog(records=store.deliveries, clock=lambda: service.clock())
     app[DISPATCHER] = Dispatcher(service=service, deliveries=deliveries, leadership=store.leadership,
                                  cases=store.reviews, shared=store.is_postgres, connectors=connectors,
                                  http=http if callbacks_on else None)

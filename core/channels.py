@@ -25,7 +25,12 @@ from handraise.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from handraise.core.annotations import AnnotationService
+    from handraise.core.chatrefs import ChatRefs
+    from handraise.core.deliveries import DeliveryLog
+    from handraise.core.leadership import Leadership
     from handraise.core.service import RequestService
+    from handraise.core.signingkey import SigningKey
+    from handraise.core.state import StateStore
 
 # Named "connectors" since before channels that post nowhere joined it; it lists every channel.
 ENTRY_POINT_GROUP = "handraise.connectors"
@@ -48,10 +53,19 @@ class Channel(ABC, Generic[SettingsT]):
     backoff_initial: ClassVar[float] = 0.5
     backoff_cap: ClassVar[float] = 30.0
 
-    def __init__(self, *, settings: SettingsT, service: RequestService, http: ClientSession,
+    def __init__(self, *, settings: SettingsT, service: RequestService, state: StateStore, leadership: Leadership,
+                 chat_refs: ChatRefs, deliveries: DeliveryLog, signing_key: SigningKey, http: ClientSession,
                  log: logging.Logger, app_settings: Settings, annotations: AnnotationService | None = None) -> None:
         self.settings = settings
+        # The request lifecycle: the one door to requests.
         self.service = service
+        # Beside it, one small interface per concept: durable key/value state, leader locks for loops one
+        # instance runs, button tokens and posted messages, where requests were delivered, the signing key.
+        self.state = state
+        self.leadership = leadership
+        self.chat_refs = chat_refs
+        self.deliveries = deliveries
+        self.signing_key = signing_key
         self.http = http
         self.log = log
         self.app_settings = app_settings

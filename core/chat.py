@@ -150,8 +150,8 @@ class ChatConnector(Connector[RoutedT]):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.ratings = RatingButtons(channel=self.name, enabled=bool(getattr(self.settings, "rating_buttons", False)),
-                                     service=self.service, annotations=self.annotations, may_rate=self.may_answer,
-                                     log=self.log)
+                                     service=self.service, state=self.state, chat_refs=self.chat_refs,
+                                     annotations=self.annotations, may_rate=self.may_answer, log=self.log)
 
     @classmethod
     def load_settings(cls, app_settings: Settings) -> Any:
@@ -357,8 +357,8 @@ class ChatConnector(Connector[RoutedT]):
             return
         key, display = sender.principal[:200], sender.display[:200]
         # The first write is atomic (two taps at once both land here); a changed name is an update.
-        if await self.service.set_state_if_absent(NAMES, key, display) != display:
-            await self.service.set_state(NAMES, key, display)
+        if await self.state.set_if_absent(NAMES, key, display) != display:
+            await self.state.set(NAMES, key, display)
 
     async def display_of(self, principal: str | None, *, tenant_id: str | None = None) -> str | None:
         """The name people read for ``principal``: one of ``tenant_id``'s people by their configured
@@ -368,7 +368,7 @@ class ChatConnector(Connector[RoutedT]):
         person = person_of(self.app_settings, tenant_id, principal) if tenant_id is not None else None
         if person is not None:
             return person.display
-        return await self.service.get_state(NAMES, principal[:200])
+        return await self.state.get(NAMES, principal[:200])
 
     async def outcome_of(self, view: RequestView) -> wording.Outcome:
         """How ``view`` ended, with the person's display name."""
@@ -379,7 +379,7 @@ class ChatConnector(Connector[RoutedT]):
         """True the first time this person is told something about this request (strangers are told once)."""
         key = f"{self.name}:{view.id}:{sender.principal}"[:200]
         mark = secrets.token_hex(8)
-        return await self.service.set_state_if_absent(TOLD, key, mark, request_id=view.id) == mark
+        return await self.state.set_if_absent(TOLD, key, mark, request_id=view.id) == mark
 
 
 def must_not_stay(view: RequestView, text: str) -> bool:

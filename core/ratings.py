@@ -18,7 +18,9 @@ from handraise.core.outcomes import AnswerOutcome, said
 
 if TYPE_CHECKING:
     from handraise.core.annotations import AnnotationService
+    from handraise.core.chatrefs import ChatRefs
     from handraise.core.service import RequestService
+    from handraise.core.state import StateStore
 
 # The values 1..5 behind the buttons' tokens, and durable state (person -> their newest rating's
 # annotation id; request -> the buttons' tokens).
@@ -43,12 +45,14 @@ def rating_value(value: Any) -> int | None:
 class RatingButtons:
     """One channel's rating buttons: ``offered`` on a request, their ``tokens``, and ``rate`` for a tap."""
 
-    def __init__(self, *, channel: str, enabled: bool, service: RequestService,
-                 annotations: AnnotationService | None, may_rate: Callable[[str, str], bool],
+    def __init__(self, *, channel: str, enabled: bool, service: RequestService, state: StateStore,
+                 chat_refs: ChatRefs, annotations: AnnotationService | None, may_rate: Callable[[str, str], bool],
                  log: logging.Logger) -> None:
         self.channel = channel
         self.enabled = enabled  # the connector's ``rating_buttons`` setting
         self.service = service
+        self.state = state
+        self.chat_refs = chat_refs
         self.annotations = annotations
         # The channel's allowlist (tenant id, user id): only people who may answer may rate.
         self.may_rate = may_rate
@@ -64,12 +68,12 @@ class RatingButtons:
         """Button tokens for ratings 1..5 of the request's run, the same for every withdraw of it:
         a repeated withdraw then edits nothing (Telegram answers "not modified")."""
         key = f"{self.channel}:{view.id}"
-        kept = await self.service.get_state(RATING_TOKENS, key)
+        kept = await self.state.get(RATING_TOKENS, key)
         if kept is not None:
             return json.loads(kept)
-        tokens = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
-                                                        channel=self.channel, values=[{"rate": n} for n in RATINGS])
-        await self.service.set_state(RATING_TOKENS, key, json.dumps(tokens), request_id=view.id)
+        tokens = await self.chat_refs.create_actions(tenant_id=view.tenant_id, request_id=view.id,
+                                                     channel=self.channel, values=[{"rate": n} for n in RATINGS])
+        await self.state.set(RATING_TOKENS, key, json.dumps(tokens), request_id=view.id)
         return tokens
 
     async def rate(self, *, tenant_id: str, request_id: str, user_id: str, principal: str,
@@ -94,7 +98,7 @@ class RatingButtons:
         if view.run_id is None:
             return AnswerOutcome("unavailable", wording.text("no_run"))
         key = f"{self.channel}:{request_id}:{principal.partition(':')[2]}"
-        previous = await self.service.get_state(RATING_STATE, key)
+        previous = await self.state.get(RATING_STATE, key)
         for _ in range(3):
             body: dict[str, Any] = {"signal": {"kind": "rating", "rating": rating}}
             if previous is not None:
@@ -107,7 +111,7 @@ class RatingButtons:
                 assert previous is not None
                 previous = await self._newest_of_chain(tenant_id, view.run_id, previous)
                 continue
-            await self.service.set_state(RATING_STATE, key, annotation["annotationId"], request_id=request_id)
+            await self.state.set(RATING_STATE, key, annotation["annotationId"], request_id=request_id)
             return AnswerOutcome("accepted", wording.rated(rating, replaced=previous is not None), view)
         return AnswerOutcome("unavailable", wording.text("rating_lost"))
 

@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from handraise.core import callbacks, defaults, escalation, proposals, quorum, timeouts
@@ -30,11 +30,9 @@ from handraise.core.api import (
 )
 from handraise.core.attempts import AttemptLimiter
 from handraise.core.canonical import canonical_json
-from handraise.core.chatrefs import ChatRefs
 from handraise.core.config import Settings
 from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
 from handraise.core.cursors import CursorSigner, Position
-from handraise.core.deliveries import DeliveryLog
 from handraise.core.errors import (
     AlreadyAnsweredError,
     ConflictError,
@@ -54,10 +52,8 @@ from handraise.core.errors import (
 )
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
 from handraise.core.people import is_assigned, is_own_approval, link_principal, person_of, routing_problems
-from handraise.core.redaction import redact
 from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
-from handraise.core.signingkey import SigningKey
 from handraise.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -106,9 +102,6 @@ class RequestService:
         self.escalations = escalation.Escalator(self)
         # Quorum requests are decided by votes (core/quorum.py).
         self.voting = quorum.Voting(self)
-        self._signing_key = SigningKey(state=store.state)
-        self._chat_refs = ChatRefs(records=store.chat_refs, clock=lambda: self.clock())
-        self._deliveries = DeliveryLog(records=store.deliveries, clock=lambda: self.clock())
 
     # -- create ----------------------------------------------------------------
 
@@ -769,54 +762,6 @@ class RequestService:
     async def journal_entries(self, *, tenant_id: str, request_id: str) -> list[dict[str, Any]]:
         entries = await self.store.journal_entries(tenant_id=tenant_id, request_id=request_id)
         return [_entry_json(e) for e in entries]
-
-    # -- interim: connectors are about to receive these interfaces themselves (issue 20) ----------
-
-    async def get_state(self, namespace: str, key: str) -> str | None:
-        return await self.store.state.get(namespace, key)
-
-    async def set_state(self, namespace: str, key: str, value: str, *, request_id: str | None = None) -> None:
-        await self.store.state.set(namespace, key, value, request_id=request_id)
-
-    async def update_state(self, namespace: str, key: str, change: Callable[[str | None], str], *,
-                           request_id: str | None = None) -> str:
-        return await self.store.state.update(namespace, key, change, request_id=request_id)
-
-    async def set_state_if_absent(self, namespace: str, key: str, value: str, *,
-                                  request_id: str | None = None) -> str:
-        return await self.store.state.set_if_absent(namespace, key, value, request_id=request_id)
-
-    async def server_secret(self) -> bytes:
-        return await self._signing_key.get()
-
-    async def create_chat_actions(self, *, tenant_id: str, request_id: str, channel: str,
-                                  values: Iterable[Any]) -> list[str]:
-        return await self._chat_refs.create_actions(tenant_id=tenant_id, request_id=request_id, channel=channel,
-                                                    values=values)
-
-    async def resolve_chat_action(self, *, token: str, channel: str) -> tuple[str, str, Any] | None:
-        return await self._chat_refs.resolve_action(token=token, channel=channel)
-
-    async def remember_message(self, *, channel: str, message_key: str, tenant_id: str, request_id: str) -> None:
-        await self._chat_refs.remember_message(channel=channel, message_key=message_key, tenant_id=tenant_id,
-                                               request_id=request_id)
-
-    async def lookup_message(self, *, channel: str, message_key: str) -> tuple[str, str] | None:
-        return await self._chat_refs.lookup_message(channel=channel, message_key=message_key)
-
-    async def delivery_bounced(self, *, tenant_id: str, request_id: str, channel: str, target: str,
-                               error: str) -> bool:
-        return await self._deliveries.bounced(tenant_id=tenant_id, request_id=request_id, channel=channel,
-                                              target=target, error=error)
-
-    async def leadership(self, name: str) -> bool:
-        return await self.store.leadership.take(name)
-
-    async def leadership_alive(self, name: str) -> bool:
-        return await self.store.leadership.alive(name)
-
-    async def release_leadership(self, name: str) -> None:
-        await self.store.leadership.release(name)
 
 
 class _LostRace(Exception):

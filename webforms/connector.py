@@ -155,7 +155,7 @@ class WebFormsChannel(Channel[WebFormsSettings]):
         except (ValueError, LookupError, AssertionError):
             # Broken multipart, a charset Python does not know, bytes that are not in it.
             return self._outcome("bad_request", request, view=view)
-        if not csrf_valid(await self.service.server_secret(), link.id, form.get(CSRF_FIELD)):
+        if not csrf_valid(await self.signing_key.get(), link.id, form.get(CSRF_FIELD)):
             self.log.info("form refused: missing or wrong CSRF token",
                           extra={"link_id": link.id, "request_id": view.id})
             return self._outcome("forbidden", request, view=view)
@@ -237,7 +237,7 @@ class WebFormsChannel(Channel[WebFormsSettings]):
         page = FormPage(
             question=view.message_for_user,
             fields=fields,
-            csrf=csrf_token(await self.service.server_secret(), link.id),
+            csrf=csrf_token(await self.signing_key.get(), link.id),
             seconds_left=view.expires_at - self.service.clock(),
             expires_at=view.expires_at,
             approval=approval,
@@ -314,7 +314,7 @@ class WebFormsChannel(Channel[WebFormsSettings]):
         name = display_name(self.app_settings, view.tenant_id, principal)
         if name is None and principal and not principal.startswith(("link:", "agent:", "operator:")):
             # A chat's people are named as their messenger last showed them.
-            name = await self.service.get_state(NAMES, principal[:200])
+            name = await self.state.get(NAMES, principal[:200])
         channel = wording.CHANNEL_NAMES.get(view.resolved_channel or "")
         via = t.gettext(channel) if channel else ""
         if name and via:

@@ -83,16 +83,16 @@ class EmailConnector(ChatConnector[EmailSettings]):
         """While this instance holds the lock, keep one IMAP session (run_forever reconnects it)."""
         assert self.reader is not None and self.settings.imap is not None
         interval = self.settings.imap.leader_check_seconds
-        if not await self.service.leadership(LEADER):
+        if not await self.leadership.take(LEADER):
             await asyncio.sleep(interval)
             return
         self.reading = True
         try:
-            await self.reader.run(still_leading=lambda: self.service.leadership_alive(LEADER),
+            await self.reader.run(still_leading=lambda: self.leadership.alive(LEADER),
                                   check_every=interval)
         finally:
             self.reading = False
-            await self.service.release_leadership(LEADER)
+            await self.leadership.release(LEADER)
 
     # -- what a mail says --------------------------------------------------------------
 
@@ -107,7 +107,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
         return wording.how_to_reply(view) + ", above the quoted mail"
 
     async def thread(self, view: RequestView, recipient: str) -> Thread:
-        token = thread_token(await self.service.server_secret(), request_id=view.id, recipient=recipient)
+        token = thread_token(await self.signing_key.get(), request_id=view.id, recipient=recipient)
         return Thread(sender=self.settings.from_address, recipient=recipient, token=token,
                       root_id=message_id(self.mailbox, token), reply_to=reply_address(self.mailbox, token),
                       subject=subject_of(view, asker=self.asker(view.tenant_id)))
@@ -135,7 +135,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
                                             principal=f"{self.name}:bot", recipient=target,
                                             for_principal=self.principal(target))
         # Remembered before the mail leaves: no reply can outrun it.
-        await self.service.remember_message(channel=self.name, message_key=_THREAD + thread.token,
+        await self.chat_refs.remember_message(channel=self.name, message_key=_THREAD + thread.token,
                                             tenant_id=request.tenant_id, request_id=request.id)
         mail = self.composer.question(request, thread, asker=self.asker(request.tenant_id),
                                       deadline=wording.deadline(request, self.timezone(request.tenant_id)),
@@ -161,7 +161,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
         if tenant is None or not tenant.notify_outcome:
             return
         key = f"{request.id}:{target.lower()}"
-        if await self.service.get_state(OUTCOME_SENT, key) is not None:
+        if await self.state.get(OUTCOME_SENT, key) is not None:
             return
         thread = await self.thread(request, target)
         outcome = await self.outcome_of(request)
@@ -169,7 +169,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
                                     asker=self.asker(request.tenant_id), headline=outcome.plain().split("\n")[0],
                                     lines=outcome.lines, now=self.service.clock())
         await self.send(mail, thread)
-        await self.service.set_state(OUTCOME_SENT, key, "1", request_id=request.id)
+        await self.state.set(OUTCOME_SENT, key, "1", request_id=request.id)
 
     # -- SMTP ----------------------------------------------------------------------------
 
@@ -218,7 +218,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
             self.log.info("email: mail ignored", extra={"kind": arrival.kind})
             return "keep"
         assert arrival.token is not None
-        found = await self.service.lookup_message(channel=self.name, message_key=_THREAD + arrival.token)
+        found = await self.chat_refs.lookup_message(channel=self.name, message_key=_THREAD + arrival.token)
         if found is None:
             self.log.info("email: mail names no known thread (forged or stale token)")
             return "keep"
@@ -232,7 +232,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
         held = _Held(mail)
         await self._answer(tenant_id, request_id, recipient, arrival, held)
         if arrival.message_id:
-            await self.service.remember_message(channel=self.name, message_key=_seen_key(arrival.message_id),
+            await self.chat_refs.remember_message(channel=self.name, message_key=_seen_key(arrival.message_id),
                                                 tenant_id=tenant_id, request_id=request_id)
         return "delete" if held.delete else "keep"
 
@@ -245,12 +245,12 @@ class EmailConnector(ChatConnector[EmailSettings]):
 
     async def _recipient(self, tenant_id: str, request_id: str, token: str) -> str | None:
         """Which of the tenant's recipients the thread's token was made for (None: no longer one)."""
-        secret = await self.service.server_secret()
+        secret = await self.signing_key.get()
         return next((r for r in self.targets(tenant_id)
                      if token_matches(secret, token, request_id=request_id, sender=r)), None)
 
     async def _seen(self, mail_id: str) -> bool:
-        return await self.service.lookup_message(channel=self.name, message_key=_seen_key(mail_id)) is not None
+        return await self.chat_refs.lookup_message(channel=self.name, message_key=_seen_key(mail_id)) is not None
 
     async def _bounced(self, tenant_id: str, request_id: str, recipient: str | None, arrival: Arrival) -> None:
         assert arrival.bounce is not None
@@ -258,7 +258,7 @@ class EmailConnector(ChatConnector[EmailSettings]):
             return
         failed = next((f for f in arrival.bounce.failed if f.address.lower() == recipient), arrival.bounce.failed[0])
         error = f"bounced: {failed.status} {failed.diagnostic}".strip()
-        if await self.service.delivery_bounced(tenant_id=tenant_id, request_id=request_id, channel=self.name,
+        if await self.deliveries.bounced(tenant_id=tenant_id, request_id=request_id, channel=self.name,
                                                target=recipient, error=error):
             self.log.info("email: delivery bounced", extra={"request_id": request_id})
 

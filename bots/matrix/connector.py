@@ -158,7 +158,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         finally:
             if self._batch_lock.locked():
                 self._batch_lock.release()
-        await self.service.release_leadership(LEADER)
+        await self.leadership.release(LEADER)
         if self._client is not None:
             await self._client.close()
 
@@ -233,7 +233,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
                                tally=self.tally_text(request))
         event_id = await self._send(room_id, "m.room.message", content,
                                     what=f"post a card to {target}", txn_id=txn)
-        await self.service.remember_message(channel=self.name, message_key=message_key(room_id, event_id),
+        await self.chat_refs.remember_message(channel=self.name, message_key=message_key(room_id, event_id),
                                             tenant_id=request.tenant_id, request_id=request.id)
         ref = {"room_id": room_id, "event_id": event_id}
         if person is not None:
@@ -389,7 +389,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         return found
 
     async def _find_card(self, room_id: str, event_id: str) -> tuple[str, str] | None:
-        found = await self.service.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
+        found = await self.chat_refs.lookup_message(channel=self.name, message_key=message_key(room_id, event_id))
         if found is None:
             return None
         # A configured room serves one tenant; a direct room, every tenant that assigned its person.

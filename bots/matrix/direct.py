@@ -56,9 +56,8 @@ class DirectMessages(HomeserverCalls):
         # Kept so that withdraw edits the link away when the request ends (atomic, as Telegram's: a link
         # sent by another instance stays on the list), and pruned with the request's other spent rows.
         entry = [room, sent]
-        await self.service.update_state(LINKS_SENT, request_id,
-                                        lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
-                                        request_id=request_id)
+        await self.state.update(LINKS_SENT, request_id, lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
+                                request_id=request_id)
         view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if view.terminal:  # ended while the link was on its way: withdraw has run already
             await self._close_links(view, await self.outcome_of(view))
@@ -91,7 +90,7 @@ class DirectMessages(HomeserverCalls):
         settled there (a compare-and-set) is everyone's, and a room that lost is left."""
         key = user_id[:200]
         direct = await self._account_data("m.direct")
-        known = await self.service.get_state(DIRECT_ROOMS, key)
+        known = await self.state.get(DIRECT_ROOMS, key)
         candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str)]
         room_id = None
         for candidate in dict.fromkeys(candidates):
@@ -106,7 +105,7 @@ class DirectMessages(HomeserverCalls):
             room_id = created.room_id
             self.log.info("matrix: opened a direct room", extra={"room_id": room_id})
         if room_id != known:
-            settled = await self.service.update_state(
+            settled = await self.state.update(
                 DIRECT_ROOMS, key, lambda current, mine=room_id: mine if current == known else current)
             if settled != room_id:
                 # Another instance settled a room with this person meanwhile: theirs is the one.
@@ -115,7 +114,7 @@ class DirectMessages(HomeserverCalls):
                 room_id = settled
         if room_id not in self._direct_rooms:
             # The sync loop (on whichever instance leads it) reads answers in this room.
-            await self.service.set_state(DIRECT_ROOM_PEOPLE, room_id[:200], user_id)
+            await self.state.set(DIRECT_ROOM_PEOPLE, room_id[:200], user_id)
             self._direct_rooms.add(room_id)
         if room_id not in (direct.get(user_id) or []):
             await self._list_direct(user_id, room_id)
@@ -151,7 +150,7 @@ class DirectMessages(HomeserverCalls):
         """Whether ``room_id`` is a direct room the bot opened with someone (cards may be answered there)."""
         if room_id in self._direct_rooms:
             return True
-        if await self.service.get_state(DIRECT_ROOM_PEOPLE, room_id[:200]) is None:
+        if await self.state.get(DIRECT_ROOM_PEOPLE, room_id[:200]) is None:
             return False
         self._direct_rooms.add(room_id)
         return True
@@ -185,7 +184,7 @@ class DirectMessages(HomeserverCalls):
 
     async def _close_links(self, view: RequestView, outcome: wording.Outcome) -> None:
         """The direct messages that carried a personal link lose it: the request is over."""
-        kept = await self.service.get_state(LINKS_SENT, view.id)
+        kept = await self.state.get(LINKS_SENT, view.id)
         for room_id, event_id in json.loads(kept or "[]"):
             txn = f"handraise.linkend.{hashlib.sha256(event_id.encode()).hexdigest()[:24]}"
             try:

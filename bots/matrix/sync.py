@@ -77,7 +77,7 @@ class SyncLoop(HomeserverCalls):
         A failure gives the lock up before the backoff that follows: an instance that cannot sync
         (its network, its store connection) must not keep every other from leading meanwhile."""
         await self._ensure_connected()
-        if not await self.service.leadership(LEADER):
+        if not await self.leadership.take(LEADER):
             await asyncio.sleep(self.follower_poll_seconds)
             return
         try:
@@ -88,20 +88,20 @@ class SyncLoop(HomeserverCalls):
 
     async def _give_up_leadership(self) -> None:
         try:
-            await self.service.release_leadership(LEADER)
+            await self.leadership.release(LEADER)
         except Exception as e:  # the lock's connection is gone: the lock went with it
             self.log.warning("matrix: could not release the sync leadership (%s)", type(e).__name__)
         else:
             self.log.info("matrix: gave up the sync leadership after a failure")
 
     async def _lead(self) -> None:
-        since = await self.service.get_state(STATE_NAMESPACE, self._state_key)
+        since = await self.state.get(STATE_NAMESPACE, self._state_key)
         if since is None:
             since = await self._first_sync()
         self.log.info("matrix: leading the sync loop")
         self.synced.set()
         while not self._stopping:
-            if not await self.service.leadership_alive(LEADER):
+            if not await self.leadership.alive(LEADER):
                 self.log.warning("matrix: lost the sync leadership; another instance may take over")
                 return
             response = await self._call(
@@ -110,7 +110,7 @@ class SyncLoop(HomeserverCalls):
                 SyncResponse, "sync")
             async with self._batch_lock:
                 await self._handle_sync(response, since=since)
-                await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
+                await self.state.set(STATE_NAMESPACE, self._state_key, response.next_batch)
             since = response.next_batch
 
     async def _first_sync(self) -> str:
@@ -120,7 +120,7 @@ class SyncLoop(HomeserverCalls):
         async with self._batch_lock:
             # Only what arrived since this start counts (an answer typed while we were starting).
             await self._handle_sync(response, since=None, newer_than_ms=self._started_ms)
-            await self.service.set_state(STATE_NAMESPACE, self._state_key, response.next_batch)
+            await self.state.set(STATE_NAMESPACE, self._state_key, response.next_batch)
         return response.next_batch
 
     async def _handle_sync(self, response: SyncResponse, *, since: str | None,
@@ -158,7 +158,7 @@ class SyncLoop(HomeserverCalls):
 
     async def _store_answers(self) -> bool:
         try:
-            await self.service.get_state(STATE_NAMESPACE, self._state_key)
+            await self.state.get(STATE_NAMESPACE, self._state_key)
         except Exception:
             return False
         return True

@@ -130,7 +130,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
 
     async def _socket_session(self) -> None:
         """While this instance holds the lock, keep one Socket Mode connection (the SDK reconnects it)."""
-        if not await self.service.leadership(LEADER):
+        if not await self.leadership.take(LEADER):
             await asyncio.sleep(LEADER_POLL_SECONDS)
             return
         handler = AsyncSocketModeHandler(self.bolt, app_token=self.settings.app_token.get_secret_value(),
@@ -138,14 +138,14 @@ class SlackConnector(ChatConnector[SlackSettings]):
         try:
             await handler.connect_async()
             self.log.info("slack socket mode connected")
-            while await self.service.leadership_alive(LEADER):
+            while await self.leadership.alive(LEADER):
                 await asyncio.sleep(LEADER_POLL_SECONDS)
             self.log.warning("slack socket mode: leadership lost, disconnecting")
         finally:
             try:
                 await handler.close_async()
             finally:
-                await self.service.release_leadership(LEADER)
+                await self.leadership.release(LEADER)
 
     # -- delivery ----------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
         posted = await self._call("chat.postMessage", self.client.chat_postMessage(
             channel=target, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
         channel, ts = str(posted["channel"]), str(posted["ts"])
-        await self.service.remember_message(channel=self.name, message_key=f"{channel}:{ts}",
+        await self.chat_refs.remember_message(channel=self.name, message_key=f"{channel}:{ts}",
                                             tenant_id=request.tenant_id, request_id=request.id)
         self.log.info("slack message posted", extra={"request_id": request.id, "slack_channel": channel})
         return {"channel": channel, "ts": ts}
@@ -162,7 +162,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
     async def _content(self, request: RequestView) -> tuple[str, list[dict[str, Any]]]:
         """A pending request's message: fresh button tokens, the tally of a quorum request."""
         plans = plan_buttons(request)
-        tokens = await self.service.create_chat_actions(tenant_id=request.tenant_id, request_id=request.id,
+        tokens = await self.chat_refs.create_actions(tenant_id=request.tenant_id, request_id=request.id,
                                                         channel=self.name, values=[p.intent for p in plans])
         return message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id),
                                tally=self.tally_text(request))
@@ -268,7 +268,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
         sender = _sender(body)
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
         token = action.get("value")
-        resolved = await self.service.resolve_chat_action(token=str(token or ""), channel=self.name)
+        resolved = await self.chat_refs.resolve_action(token=str(token or ""), channel=self.name)
         if resolved is None or not isinstance(resolved[2], dict):
             await self._ephemeral(channel, sender.user_id, wording.text("button_invalid"))
             return
@@ -320,7 +320,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
     async def _handle_submission(self, body: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
         """The ack for a modal submission: {} closes it, "errors" keeps it open, "update" says why not."""
         token = str(view.get("private_metadata") or "")
-        resolved = await self.service.resolve_chat_action(token=token, channel=self.name)
+        resolved = await self.chat_refs.resolve_action(token=token, channel=self.name)
         if resolved is None or resolved[2] != MODAL_INTENT:
             return _notice("Not sent", "This form is no longer valid.")
         tenant_id, request_id, _ = resolved
@@ -353,7 +353,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
         channel, user = event.get("channel"), event.get("user")
         if not channel or not user:
             return
-        found = await self.service.lookup_message(channel=self.name, message_key=f"{channel}:{thread_ts}")
+        found = await self.chat_refs.lookup_message(channel=self.name, message_key=f"{channel}:{thread_ts}")
         if found is None:
             return
         tenant_id, request_id = found

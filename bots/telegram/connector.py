@@ -130,7 +130,8 @@ class TelegramConnector(TelegramInbound):
             builder = builder.updater(None)
         app = builder.build()
         if app.updater is not None:
-            self._poller = TelegramPoller(updater=app.updater, service=self.service, settings=settings, log=self.log)
+            self._poller = TelegramPoller(updater=app.updater, leadership=self.leadership, settings=settings,
+                                          log=self.log)
         app.add_handler(CallbackQueryHandler(self._on_callback))
         app.add_handler(CommandHandler(["start", "id"], self._on_start))
         app.add_handler(MessageHandler(filters.REPLY & ~filters.COMMAND, self._on_reply))
@@ -183,7 +184,7 @@ class TelegramConnector(TelegramInbound):
                 await app.stop()
         with contextlib.suppress(Exception):
             await app.shutdown()
-        await self.service.release_leadership(POLL_LOCK)
+        await self.leadership.release(POLL_LOCK)
 
     async def _bot(self) -> Any:
         try:
@@ -228,7 +229,7 @@ class TelegramConnector(TelegramInbound):
         chat_id = int(target)
         text, markup, link = await self._compose(request, chat_id)
         message = await self._send(bot, chat_id, text, markup, link)
-        await self.service.remember_message(channel=self.name, message_key=f"{chat_id}:{message.message_id}",
+        await self.chat_refs.remember_message(channel=self.name, message_key=f"{chat_id}:{message.message_id}",
                                             tenant_id=request.tenant_id, request_id=request.id)
         return {"chat_id": chat_id, "message_id": message.message_id}
 
@@ -285,7 +286,7 @@ class TelegramConnector(TelegramInbound):
             message = await bot.send_message(chat_id, text, reply_parameters=reply)
         except TelegramError as e:
             raise self._wrap(e) from e
-        await self.service.remember_message(channel=self.name, message_key=f"{chat_id}:{message.message_id}",
+        await self.chat_refs.remember_message(channel=self.name, message_key=f"{chat_id}:{message.message_id}",
                                             tenant_id=request.tenant_id, request_id=request.id)
         return {"chat_id": chat_id, "message_id": message.message_id, "reminder": True}
 
@@ -295,7 +296,7 @@ class TelegramConnector(TelegramInbound):
         rows: list[list[InlineKeyboardButton]] = []
         choices = button_choices(view)
         if choices:
-            tokens = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
+            tokens = await self.chat_refs.create_actions(tenant_id=view.tenant_id, request_id=view.id,
                                                             channel=self.name, values=[v for _, v in choices])
             rows = answer_rows(choices, tokens)
         hint = hint_text(view, style, tz=self.timezone(view.tenant_id))
@@ -325,7 +326,7 @@ class TelegramConnector(TelegramInbound):
                                                recipient=f"telegram chat {chat_id}")
             if outcome.url:
                 return outcome.url
-        token, = await self.service.create_chat_actions(tenant_id=view.tenant_id, request_id=view.id,
+        token, = await self.chat_refs.create_actions(tenant_id=view.tenant_id, request_id=view.id,
                                                         channel=self.name, values=[FORM_INTENT])
         assert self._app is not None
         return f"https://t.me/{self._app.bot.username}?start={token}"

@@ -51,12 +51,12 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
         query = update.callback_query
         if query is None or query.from_user is None:
             return
-        found = await self.service.resolve_chat_action(token=query.data or "", channel=self.name)
+        found = await self.chat_refs.resolve_action(token=query.data or "", channel=self.name)
         message = query.message
         if found is not None and message is not None:
             # The button must sit on a message posted about the same request. A message not
             # recorded yet (a tap faster than the bot's own bookkeeping) has nothing to contradict.
-            posted = await self.service.lookup_message(channel=self.name,
+            posted = await self.chat_refs.lookup_message(channel=self.name,
                                                        message_key=f"{message.chat.id}:{message.message_id}")
             if posted is not None and posted != (found[0], found[1]):
                 found = None
@@ -80,7 +80,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
         if message is None or message.reply_to_message is None or message.from_user is None:
             return
         chat_id = message.chat.id
-        found = await self.service.lookup_message(
+        found = await self.chat_refs.lookup_message(
             channel=self.name, message_key=f"{chat_id}:{message.reply_to_message.message_id}")
         if found is None:
             return  # a reply to something that is not a question
@@ -124,7 +124,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
         sent = await self._safe(message.reply_text(text, do_quote=True))
         if sent is not None and not view.terminal:
             # A reply to our explanation still answers the same question.
-            await self.service.remember_message(channel=self.name, message_key=f"{sent.chat.id}:{sent.message_id}",
+            await self.chat_refs.remember_message(channel=self.name, message_key=f"{sent.chat.id}:{sent.message_id}",
                                                 tenant_id=view.tenant_id, request_id=view.id)
 
     async def remove_message(self, message: Any) -> bool:
@@ -170,7 +170,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
 
     async def _send_personal_link(self, message: Message, token: str) -> None:
         """``/start <token>`` in private, from a group's "Open form": this person's own link, if they may answer."""
-        found = await self.service.resolve_chat_action(token=token, channel=self.name)
+        found = await self.chat_refs.resolve_action(token=token, channel=self.name)
         if found is None or found[2] != FORM_INTENT:
             await self._safe(message.reply_text(wording.text("button_invalid")))
             return
@@ -197,7 +197,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
         if sent is not None:
             entry = [sent.chat.id, sent.message_id]
             # Atomic: two taps at once (here or on another instance) each keep their message.
-            await self.service.update_state(SENT, request_id,
+            await self.state.update(SENT, request_id,
                                             lambda kept: json.dumps([*json.loads(kept or "[]"), entry]),
                                             request_id=request_id)
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
@@ -214,7 +214,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
 
     async def _strip_private_links(self, view: RequestView) -> None:
         """The private messages that carried a personal link lose their button: the request is over."""
-        kept = await self.service.get_state(SENT, view.id)
+        kept = await self.state.get(SENT, view.id)
         if not kept:
             return
         assert self._app is not None

@@ -19,7 +19,7 @@ from handraise.bots.telegram.settings import TelegramSettings
 from handraise.core.errors import ConnectorError
 
 if TYPE_CHECKING:
-    from handraise.core.service import RequestService
+    from handraise.core.leadership import Leadership
 
 POLL_LOCK = "telegram-poll"
 
@@ -27,10 +27,10 @@ POLL_LOCK = "telegram-poll"
 class TelegramPoller:
     """Polls while this instance leads; ``polling`` says whether it does right now."""
 
-    def __init__(self, *, updater: Updater, service: RequestService, settings: TelegramSettings,
+    def __init__(self, *, updater: Updater, leadership: Leadership, settings: TelegramSettings,
                  log: logging.Logger) -> None:
         self.updater = updater
-        self.service = service
+        self.leadership = leadership
         self.settings = settings
         self.log = log
         self.polling = False  # this instance holds the polling lock and polls
@@ -39,7 +39,7 @@ class TelegramPoller:
     async def poll_while_leading(self) -> None:
         """Poll while this instance holds the lock; a standby keeps trying to take it over."""
         interval = self.settings.leader_check_seconds
-        if not await self.service.leadership(POLL_LOCK):
+        if not await self.leadership.take(POLL_LOCK):
             await asyncio.sleep(interval)
             return
         updater = self.updater
@@ -50,7 +50,7 @@ class TelegramPoller:
                                         error_callback=self._on_error)
             self.polling = True
             self.log.info("telegram polling: this instance polls")
-            while updater.running and await self.service.leadership_alive(POLL_LOCK):
+            while updater.running and await self.leadership.alive(POLL_LOCK):
                 died = self._failure()
                 if died is not None:
                     # Holding the lock without polling would silence the bot on every instance.
@@ -66,7 +66,7 @@ class TelegramPoller:
             await self.release()
 
     async def release(self) -> None:
-        await self.service.release_leadership(POLL_LOCK)
+        await self.leadership.release(POLL_LOCK)
 
     def _on_error(self, error: TelegramError) -> None:
         self.log.warning("telegram getUpdates failed: %s", scrub(str(error), self.settings))

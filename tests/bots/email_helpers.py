@@ -17,6 +17,7 @@ from handraise.core.appkeys import CONNECTORS
 from handraise.core.errors import ConfigError
 from handraise.webforms.connector import WebFormsChannel
 from harness.mail import DovecotServer, ReceivedMail, SmtpRecorder
+from tests.bots.offline import NO_CORE
 from tests.webforms.html_tools import csrf_of
 
 MAILBOX = "handraise@example.test"
@@ -54,7 +55,7 @@ def config_error(section: dict[str, Any], storage_url: str = "sqlite:///:memory:
     settings = settings_from(base_config(storage_url, email=section))
     try:
         EmailConnector.load_settings(settings)
-        EmailConnector(settings=EmailConnector.load_settings(settings), service=None, http=None,  # type: ignore[arg-type]
+        EmailConnector(settings=EmailConnector.load_settings(settings), **NO_CORE, http=None,  # type: ignore[arg-type]
                        log=__import__("logging").getLogger("test"), app_settings=settings)
     except ConfigError as e:
         return str(e)

@@ -23,7 +23,7 @@ from nio import RoomCreateResponse, RoomGetEventResponse
 from handraise.bots.matrix import MatrixConnector
 from handraise.bots.matrix.cards import FORM_KEY, THUMBS_DOWN, THUMBS_UP
 from handraise.bots.matrix.direct import LINKS_SENT
-from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE, STORE
 from handraise.core.store import Store
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
@@ -181,10 +181,10 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
         await world.human.expect(dm_room, is_edit_of(sent["event_id"], bot, "Answered"), what="the link edited away")
         # The record of the link goes with the request's other spent rows, past the retention.
         service = api.app[SERVICE]
-        assert await service.get_state(LINKS_SENT, created["id"]) is not None
+        assert await api.app[STORE].state.get(LINKS_SENT, created["id"]) is not None
         service.clock = lambda: time.time() + 8 * 86400
         await service.prune_spent(force=True)
-        assert await service.get_state(LINKS_SENT, created["id"]) is None
+        assert await api.app[STORE].state.get(LINKS_SENT, created["id"]) is None
         await world.human.expect(room, lambda e: e.get("type") == "m.room.redaction" and form_key["event_id"] in (
             e.get("redacts"), (e.get("content") or {}).get("redacts")), what="the bot's 📝 taken back")
 
@@ -461,7 +461,7 @@ async def test_a_batch_handled_again_after_a_crash_stays_quiet(world: World) -> 
         await started(api)
         replayed = await api.create(request_body(f"Answered before the crash {tag}"))
         card = await human.expect(room, is_card(bot, f"Answered before the crash {tag}"), what="the card")
-        position_before_answer = await api.app[SERVICE].get_state("matrix", state_key)
+        position_before_answer = await api.app[STORE].state.get("matrix", state_key)
         reply_id = await human.reply(room, card, "once")
         assert (await api.wait(replayed["id"], timeout=30))["response"] == "once"
         await human.expect(room, is_reaction_on(reply_id, "✅", bot), what="✅")
@@ -619,7 +619,7 @@ async def test_a_stop_ends_the_sync_loop_even_when_a_cancellation_is_lost(world:
     api = await cm.__aenter__()
     try:
         await started(api)
-        service = api.app[SERVICE]
+        leadership = api.app[CONNECTORS]["matrix"].leadership
         parked = asyncio.Event()
         lost = []
 
@@ -633,7 +633,7 @@ async def test_a_stop_ends_the_sync_loop_even_when_a_cancellation_is_lost(world:
                 lost.append(name)  # the result came with the cancellation: it is returned, not raised
             return True
 
-        service.leadership_alive = alive_losing_one_cancellation  # type: ignore[method-assign]
+        leadership.alive = alive_losing_one_cancellation  # type: ignore[method-assign]
         await asyncio.wait_for(parked.wait(), timeout=30)
     finally:
         stopping = asyncio.ensure_future(cm.__aexit__(None, None, None))
@@ -658,7 +658,7 @@ async def test_one_instance_runs_the_sync_loop_and_another_takes_over(world: Wor
         leader = await started(first)
         second = await second_cm.__aenter__()
         follower = second.app[CONNECTORS]["matrix"]
-        assert not await second.app[SERVICE].leadership("matrix-sync")
+        assert not await second.app[CONNECTORS]["matrix"].leadership.take("matrix-sync")
 
         one = await first.create(request_body("Answered while both run"))
         two = await first.create(request_body("Answered after the leader left"))
@@ -720,9 +720,9 @@ async def test_a_reaction_faster_than_the_cards_record_still_answers(world: Worl
     human, room, bot = world.human, world.room_id, world.bot_id
     async with running_app(world.settings(sync_timeout_ms=1000), connector_classes=[MatrixConnector]) as api:
         await started(api)
-        service = api.app[SERVICE]
+        chat_refs = api.app[CONNECTORS]["matrix"].chat_refs
         recorded, missed = asyncio.Event(), asyncio.Event()
-        remember, lookup = service.remember_message, service.lookup_message
+        remember, lookup = chat_refs.remember_message, chat_refs.lookup_message
 
         async def remember_late(**kwargs: Any) -> Any:
             await recorded.wait()
@@ -734,8 +734,8 @@ async def test_a_reaction_faster_than_the_cards_record_still_answers(world: Worl
                 missed.set()
             return found
 
-        service.remember_message = remember_late  # type: ignore[method-assign]
-        service.lookup_message = lookup_noting  # type: ignore[method-assign]
+        chat_refs.remember_message = remember_late  # type: ignore[method-assign]
+        chat_refs.lookup_message = lookup_noting  # type: ignore[method-assign]
         request = await api.create(request_body("Ship it?", schema={"type": "boolean"}))
         card = await human.expect(room, is_card(bot, "Ship it?"), what="the card")
         await human.react(room, card["event_id"], THUMBS_UP)

@@ -23,6 +23,7 @@ from conftest import base_config, settings_from
 from handraise.core.api import RequestView
 from handraise.core.errors import ConfigError
 from handraise.core.schema import APPROVAL_SCHEMA
+from tests.bots.offline import NO_CORE
 
 BOT = "@bot:example.org"
 
@@ -82,7 +83,7 @@ def test_a_tenant_that_does_not_exist_is_a_config_error() -> None:
     app_settings = settings_from(base_config("sqlite:///unused.db", matrix=matrix_section(
         tenants={"initech": {"room_ids": ["!r:x"]}})))
     with pytest.raises(ConfigError, match="matrix.tenants.initech"):
-        MatrixConnector(settings=MatrixConnector.load_settings(app_settings), service=None, http=None,
+        MatrixConnector(settings=MatrixConnector.load_settings(app_settings), **NO_CORE, http=None,
                         log=logging.getLogger("test"), app_settings=app_settings)
 
 
@@ -90,7 +91,7 @@ def test_targets_and_allowlist_are_per_tenant() -> None:
     app_settings = settings_from(base_config("sqlite:///unused.db", matrix=matrix_section(
         tenants={"acme": {"room_ids": ["!a:x"], "allowed_users": ["@alice:x"]},
                  "globex": {"room_ids": ["!g:x"], "allowed_users": ["@gina:x"]}})))
-    connector = MatrixConnector(settings=MatrixConnector.load_settings(app_settings), service=None, http=None,
+    connector = MatrixConnector(settings=MatrixConnector.load_settings(app_settings), **NO_CORE, http=None,
                                 log=logging.getLogger("test"), app_settings=app_settings)
     assert connector.targets("acme") == ["!a:x"] and connector.targets("globex") == ["!g:x"]
     assert connector.targets("default") == []
@@ -254,7 +255,7 @@ def test_allowed_users_may_name_the_tenants_people_and_groups() -> None:
         {"id": "alice", "name": "Alice Example", "matrix": "@alice:x", "groups": ["oncall"]},
         {"id": "bob", "name": "Bob", "groups": ["oncall"]}]  # no Matrix identity: not allowed here
     app_settings = settings_from(config)
-    connector = MatrixConnector(settings=MatrixConnector.load_settings(app_settings), service=None, http=None,
+    connector = MatrixConnector(settings=MatrixConnector.load_settings(app_settings), **NO_CORE, http=None,
                                 log=logging.getLogger("test"), app_settings=app_settings)
     assert connector.may_answer("acme", "@alice:x") and connector.may_answer("acme", "@carol:x")
     assert not connector.may_answer("acme", "bob") and not connector.may_answer("acme", "group:oncall")

@@ -23,7 +23,7 @@ from conftest import Api, base_config, running_app, settings_from
 from handraise.bots.matrix import MatrixConnector
 from handraise.bots.matrix.cards import THUMBS_UP
 from handraise.bots.matrix.direct import DIRECT_ROOMS
-from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE, STORE
 from handraise.core.deliveries import DeliveryRecord
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
 from harness.synapse import SynapseServer, unique_localpart
@@ -209,7 +209,7 @@ async def test_instances_opening_a_direct_room_at_once_agree_on_one(world: World
         await second._ensure_connected()
         rooms = await asyncio.gather(first._open_direct(alice.user_id), second._open_direct(alice.user_id))
         assert rooms[0] == rooms[1]
-        assert await one.app[SERVICE].get_state(DIRECT_ROOMS, alice.user_id) == rooms[0]
+        assert await one.app[STORE].state.get(DIRECT_ROOMS, alice.user_id) == rooms[0]
         # The bot stays only in the room settled (a room that lost, if any, it left).
         joined = (await client_api(world, world.bot_token, "/joined_rooms"))["joined_rooms"]
         assert rooms[0] in joined

@@ -16,8 +16,9 @@ import pytest
 import handraise.bots.slack.connector as slack_connector
 from handraise.bots.slack import SlackConnector
 from conftest import OPERATOR_KEY, base_config, settings_from
-from handraise.core.appkeys import DISPATCHER, SERVICE
+from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.errors import ConfigError
+from tests.bots.offline import NO_CORE
 from tests.bots.slack_helpers import (
     ACME_CHANNEL,
     ALICE,
@@ -517,7 +518,7 @@ async def test_sensitive_request_shows_only_open_form_and_takes_no_modal_or_repl
         assert minted[0]["data"]["recipient"] == f"slack:{TEAM}/{ALICE}"
 
         # Even a modal or answer token for it (none is ever minted; here we mint them) is refused.
-        modal_token, answer_token = await service.create_chat_actions(
+        modal_token, answer_token = await api.app[CONNECTORS]["slack"].chat_refs.create_actions(
             tenant_id="acme", request_id=req["id"], channel="slack", values=[{"modal": True}, {"answer": "123456"}])
         forged = fake.make_view_submission(user_id=ALICE, callback_id="hr_modal", private_metadata=modal_token,
                                            values={"answer": text_value("123456")})
@@ -756,9 +757,9 @@ async def test_socket_mode_runs_on_one_instance_and_fails_over(
         await fake.wait_for_socket()
         async with slack_app(pg_url, fake, **section) as follower:
             # The follower keeps asking for the lock and never gets it while the leader holds it.
-            service = follower.app[SERVICE]
+            leadership = follower.app[CONNECTORS]["slack"].leadership
             asked, answers = asyncio.Event(), []
-            ask = service.leadership
+            ask = leadership.take
 
             async def counting(name: str) -> bool:
                 answers.append(await ask(name))
@@ -766,7 +767,7 @@ async def test_socket_mode_runs_on_one_instance_and_fails_over(
                     asked.set()
                 return answers[-1]
 
-            service.leadership = counting  # type: ignore[method-assign]
+            monkeypatch.setattr(leadership, "take", counting)
             await asyncio.wait_for(asked.wait(), 5)
             assert not any(answers) and len(fake.calls_of("apps.connections.open")) == 1
 
@@ -817,7 +818,7 @@ async def test_settings_defaults_and_unknown_tenants(fake: FakeSlack) -> None:
     assert SlackConnector.settings_model.model_fields["api_url"].default == "https://slack.com/api/"
     assert "xoxb" not in repr(settings) and SIGNING_SECRET not in repr(settings)
     async with aiohttp.ClientSession() as http:
-        connector = SlackConnector(settings=settings, service=None, http=http,  # type: ignore[arg-type]
+        connector = SlackConnector(settings=settings, **NO_CORE, http=http,  # type: ignore[arg-type]
                                    log=logging.getLogger("test"), app_settings=app_settings)
         assert connector.targets("acme") == ["C0ACME"] and connector.targets("initech") == []
         assert connector.may_answer("acme", ALICE) and not connector.may_answer("globex", ALICE)

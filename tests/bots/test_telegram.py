@@ -346,7 +346,7 @@ async def test_reminder_pings_once_and_is_withdrawn_too(sqlite_url: str) -> None
         # The bot remembers the reminder right after Telegram accepts it; a human replies later than that.
         key = f"{CHAT}:{reminder.result['message_id']}"
         deadline = asyncio.get_running_loop().time() + 10
-        while await api.app[SERVICE].lookup_message(channel="telegram", message_key=key) is None:
+        while await api.app[CONNECTORS]["telegram"].chat_refs.lookup_message(channel="telegram", message_key=key) is None:
             assert asyncio.get_running_loop().time() < deadline, "the reminder was never remembered"
             await asyncio.sleep(0.01)
         # A reply to the reminder answers the question it reminds of.

@@ -11,33 +11,38 @@ from typing import Any
 from conftest import Api, base_config, running_app, settings_from
 
 from handraise.core.appkeys import SERVICE, STORE
+from handraise.core.chatrefs import ChatRefs
 from handraise.core.errors import NotFoundError
-from handraise.core.service import RequestService
 
 
-async def leave_traces(service: RequestService, request_id: str) -> dict[str, Any]:
+def chat_refs(api: Api) -> ChatRefs:
+    return ChatRefs(records=api.app[STORE].chat_refs, clock=time.time)
+
+
+async def leave_traces(api: Api, request_id: str) -> dict[str, Any]:
     """Every kind of row a chat connector and the web channel leave about a request."""
-    token, = await service.create_chat_actions(tenant_id="acme", request_id=request_id, channel="telegram",
-                                               values=[{"decision": "approve"}])
-    await service.remember_message(channel="telegram", message_key=f"1:{request_id}", tenant_id="acme",
-                                   request_id=request_id)
-    link = await service.mint_link(tenant_id="acme", request_id=request_id, principal="operator:op-1")
-    await service.set_state("ratings", f"telegram:{request_id}:42", "ann-1", request_id=request_id)
+    token, = await chat_refs(api).create_actions(tenant_id="acme", request_id=request_id, channel="telegram",
+                                                 values=[{"decision": "approve"}])
+    await chat_refs(api).remember_message(channel="telegram", message_key=f"1:{request_id}", tenant_id="acme",
+                                          request_id=request_id)
+    link = await api.app[SERVICE].mint_link(tenant_id="acme", request_id=request_id, principal="operator:op-1")
+    await api.app[STORE].state.set("ratings", f"telegram:{request_id}:42", "ann-1", request_id=request_id)
     return {"token": token, "key": f"1:{request_id}", "link": link.url.rsplit("/f/", 1)[1],
             "state": f"telegram:{request_id}:42"}
 
 
-async def traces_left(service: RequestService, traces: dict[str, Any]) -> dict[str, bool]:
+async def traces_left(api: Api, traces: dict[str, Any]) -> dict[str, bool]:
     try:
-        await service.find_link(traces["link"])
+        await api.app[SERVICE].find_link(traces["link"])
         link = True
     except NotFoundError:
         link = False
+    refs = chat_refs(api)
     return {
-        "chat_action": await service.resolve_chat_action(token=traces["token"], channel="telegram") is not None,
-        "message_ref": await service.lookup_message(channel="telegram", message_key=traces["key"]) is not None,
+        "chat_action": await refs.resolve_action(token=traces["token"], channel="telegram") is not None,
+        "message_ref": await refs.lookup_message(channel="telegram", message_key=traces["key"]) is not None,
         "link": link,
-        "state": await service.get_state("ratings", traces["state"]) is not None,
+        "state": await api.app[STORE].state.get("ratings", traces["state"]) is not None,
     }
 
 
@@ -46,10 +51,9 @@ NONE = {"chat_action": False, "message_ref": False, "link": False, "state": Fals
 
 
 async def two_requests(api: Api) -> tuple[dict[str, Any], dict[str, Any]]:
-    service = api.app[SERVICE]
     live = await api.create({"unique_id": "live", "message_for_user": "Still open?", "timeout_seconds": 600})
     done = await api.create({"unique_id": "done", "message_for_user": "Answered?", "timeout_seconds": 600})
-    traces = (await leave_traces(service, live["id"]), await leave_traces(service, done["id"]))
+    traces = (await leave_traces(api, live["id"]), await leave_traces(api, done["id"]))
     assert (await api.submit("done", "yes"))[0] == 200
     return traces
 
@@ -57,20 +61,20 @@ async def two_requests(api: Api) -> tuple[dict[str, Any], dict[str, Any]]:
 async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: str) -> None:
     async with running_app(settings_from(base_config(storage_url))) as api:
         service = api.app[SERVICE]
-        await service.set_state("telegram.sync", "position", "42")  # about no request: never pruned
+        await api.app[STORE].state.set("telegram.sync", "position", "42")  # about no request: never pruned
         live, done = await two_requests(api)
 
         # Within the retention (7 days by default) nothing goes.
         assert set((await service.prune_spent(force=True)).values()) == {0}
-        assert await traces_left(service, done) == ALL
+        assert await traces_left(api, done) == ALL
 
         # Past it: the finished request's rows go, the pending one's stay, whatever their age.
         service.clock = lambda: time.time() + 8 * 86400
         pruned = await service.prune_spent(force=True)
         assert pruned == {"chat_actions": 1, "message_refs": 1, "links": 1, "kv_state": 1}
-        assert await traces_left(service, done) == NONE
-        assert await traces_left(service, live) == ALL
-        assert await service.get_state("telegram.sync", "position") == "42"
+        assert await traces_left(api, done) == NONE
+        assert await traces_left(api, live) == ALL
+        assert await api.app[STORE].state.get("telegram.sync", "position") == "42"
         # A pass deletes at most its limit per table, oldest first.
         assert set((await api.app[STORE].prune_spent(before=time.time() + 9 * 86400, limit=0)).values()) == {0}
 
@@ -79,14 +83,13 @@ async def test_the_sweeper_prunes_after_the_retention(storage_url: str) -> None:
     settings = settings_from(base_config(storage_url, limits={"sweep_interval_seconds": 0.1,
                                                               "spent_retention_seconds": 1}))
     async with running_app(settings) as api:
-        service = api.app[SERVICE]
         live, done = await two_requests(api)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
-        while await traces_left(service, done) != NONE:
-            assert loop.time() < deadline, await traces_left(service, done)
+        while await traces_left(api, done) != NONE:
+            assert loop.time() < deadline, await traces_left(api, done)
             await asyncio.sleep(0.1)
-        assert await traces_left(service, live) == ALL
+        assert await traces_left(api, live) == ALL
 
 
 async def test_pruning_reads_through_the_age_indexes(tmp_path: Any) -> None:

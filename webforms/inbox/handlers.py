@@ -65,6 +65,7 @@ from handraise.webforms.render import (
 )
 
 if TYPE_CHECKING:
+    from handraise.core.signingkey import SigningKey
     from handraise.webforms.connector import WebFormsChannel
 
 __all__ = ["Inbox"]
@@ -94,6 +95,10 @@ class Inbox:
     @property
     def service(self) -> Any:
         return self.forms.service
+
+    @property
+    def signing_key(self) -> SigningKey:
+        return self.forms.signing_key
 
     @property
     def settings(self) -> Any:
@@ -141,7 +146,7 @@ class Inbox:
         except (ValueError, LookupError, AssertionError, web.HTTPRequestEntityTooLarge):
             raise BadRequestError("the form could not be read") from None
         presented = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
-        if not csrf_matches(await self.service.server_secret(), session.id, presented):
+        if not csrf_matches(await self.signing_key.get(), session.id, presented):
             log.info("inbox post refused: missing or wrong CSRF token", extra={"session_id": session.id})
             raise ForbiddenError("missing or wrong CSRF token; reload the page and try again")
         return form
@@ -161,7 +166,7 @@ class Inbox:
         theme = self.forms.themes.get(tenant_id or "", Theme())
         html = pages.render(template, locale=locale, zone=zone, theme=theme, title=title, session=session,
                             tenant_name=self._tenant_name(tenant_id) if tenant_id else None,
-                            csrf=csrf_for(await self.service.server_secret(), session.id) if session else "",
+                            csrf=csrf_for(await self.signing_key.get(), session.id) if session else "",
                             csrf_field=CSRF_FIELD, **context)
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8",
                             headers=INBOX_HEADERS)
@@ -357,7 +362,7 @@ class Inbox:
                                  approval=view.kind == "approval",
                                  translations=self.forms.pages.translations(locale), schema=schema)
             form = FormPage(question=view.message_for_user, fields=fields,
-                            csrf=csrf_for(await self.service.server_secret(), session.id),
+                            csrf=csrf_for(await self.signing_key.get(), session.id),
                             seconds_left=view.expires_at - self.service.clock(), expires_at=view.expires_at,
                             approval=view.kind == "approval", sensitive=view.sensitive,
                             general_errors=general, action=f"/inbox/r/{view.id}",
