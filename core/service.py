@@ -25,7 +25,6 @@ from handraise.core.api import (
     LinkView,
     MintedLink,
     RequestView,
-    parse_body,
     url_host,
 )
 from handraise.core.attempts import AttemptLimiter
@@ -104,9 +103,6 @@ class RequestService:
         self.voting = quorum.Voting(self)
 
     # -- create ----------------------------------------------------------------
-
-    def parse_create(self, body: Any) -> CreateRequestBody:
-        return parse_body(CreateRequestBody, body, what="request body")
 
     async def create(self, *, tenant_id: str, principal: str, body: CreateRequestBody) -> tuple[RequestView, bool]:
         """Store a new request; returns (request, created). An identical retry returns the existing one."""

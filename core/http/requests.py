@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from handraise.core.api import Id, LinkBody, RequestView, Status, SubmitBody, parse_body
+from handraise.core.api import CreateRequestBody, Id, LinkBody, RequestView, Status, SubmitBody, parse_body
 from handraise.core.appkeys import ADMISSION, KEYRING, SERVICE, SETTINGS
 from handraise.core.canonical import canonical_json
 from handraise.core.cursors import MAX_CURSOR_CHARS
@@ -83,7 +83,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
 async def create_request(request: web.Request) -> web.StreamResponse:
     principal = await request.app[KEYRING].authorize(request, "ask")
     service = request.app[SERVICE]
-    body = service.parse_create(await read_json(request))
+    body = parse_body(CreateRequestBody, await read_json(request), what="request body")
     view, created = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
     return await send_view(request, principal, view, status=201 if created else 200)
 
@@ -139,7 +139,7 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
     """The blocking tool in one call: create (idempotently), then wait until terminal."""
     principal = await request.app[KEYRING].authorize(request, "ask")
     service = request.app[SERVICE]
-    body = service.parse_create(await read_json(request))
+    body = parse_body(CreateRequestBody, await read_json(request), what="request body")
     # Only the create counts against the bound on writes in flight, not the wait after it.
     with request.app[ADMISSION].admit():
         view, _ = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, Protocol
 
 from handraise.client import ApiError, AsyncHandraise, Cancelled, Expired, HandraiseClientError
-from handraise.core.api import CreateRequestBody, LinkRecord, RequestRecord, RequestView
+from handraise.core.api import CreateRequestBody, LinkRecord, RequestRecord, RequestView, parse_body
 from handraise.core.errors import HandraiseError
 from handraise.core.http.auth import Principal
 from handraise.core.problems import joined
@@ -48,7 +48,7 @@ class ServiceBackend:
 
     async def create(self, body: dict[str, Any]) -> RequestRecord:
         try:
-            parsed: CreateRequestBody = self.service.parse_create(body)
+            parsed = parse_body(CreateRequestBody, body, what="request body")
             view, _ = await self.service.create(tenant_id=self.principal.tenant_id, principal=self.principal.name,
                                                 body=parsed)
         except HandraiseError as e:

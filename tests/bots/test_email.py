@@ -10,6 +10,7 @@ import pytest
 
 from conftest import OPERATOR_KEY, running_app
 from handraise.bots.email import EmailConnector
+from handraise.core.api import CreateRequestBody
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.config import load_settings
 from harness.mail import (
@@ -262,7 +263,7 @@ async def test_tls_and_login_with_the_password_from_the_environment(
         async with running_app(settings, connector_classes=[EmailConnector]) as api:
             view, _ = await api.app[SERVICE].create(
                 tenant_id="acme", principal="agent:test",
-                body=api.app[SERVICE].parse_create({"unique_id": "tls-1", "message_for_user": "Over TLS?"}))
+                body=CreateRequestBody.model_validate({"unique_id": "tls-1", "message_for_user": "Over TLS?"}))
             (mail,) = await server.wait_to(alice)
             assert mail.tls and mail.login == "hr-bot"
             await api.app[DISPATCHER].idle()
