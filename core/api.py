@@ -10,7 +10,12 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, WrapValidator
 
-from handraise.core.errors import ValidationFailedError
+from handraise.core.errors import (
+    AlreadyAnsweredError,
+    ExpiredError,
+    RequestCancelledError,
+    ValidationFailedError,
+)
 from handraise.core.people import PersonId, PersonRef
 from handraise.core.problems import field_problems
 from handraise.core.schedule import MAX_REMINDERS, MAX_STEPS, EscalationStep, Schedule, Seconds
@@ -526,3 +531,17 @@ class LinkRecord(BaseModel):
 
     url: str
     expires_at: datetime
+
+
+def raise_if_terminal(view: RequestView) -> None:
+    """Refuse a late human: the error that says how the request ended (pending passes)."""
+    if view.timed_out:
+        # Answered by its on_timeout policy, or expired: to a late human, the time ran out either way.
+        raise ExpiredError("the request expired" if view.status == "expired"
+                           else "the time ran out: the request's on_timeout policy applied")
+    if view.status == "answered":
+        raise AlreadyAnsweredError("the request was answered already")
+    if view.status == "expired":
+        raise ExpiredError("the request expired")
+    if view.status == "cancelled":
+        raise RequestCancelledError("the request was cancelled")

@@ -149,6 +149,12 @@ class LinkUsedError(GoneError):
     code = "link_used"
 
 
+class AlreadyAnsweredGone(GoneError):
+    """A link whose request was answered by another route: 410 for the form, not 409."""
+
+    code = "already_answered"
+
+
 class PayloadTooLargeError(HandraiseError):
     code = "payload_too_large"
     status = 413

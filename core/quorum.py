@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from handraise.core import proposals, wording
-from handraise.core.api import RequestView, vote_json
+from handraise.core.api import RequestView, raise_if_terminal, vote_json
 from handraise.core.canonical import canonical_json
 from handraise.core.config import Settings
 from handraise.core.errors import (
@@ -219,7 +219,7 @@ class Voting:
                 raise LinkUsedError("this link was used already") from None
             except _Lost:
                 view = await service.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
-                _raise_if_terminal(view)
+                raise_if_terminal(view)
         raise AlreadyVotedError("too many votes at once; please try again")  # pragma: no cover
 
     async def _refuse_edits(self, view: RequestView, *, response: Any, principal: str, channel: str) -> None:
@@ -307,7 +307,3 @@ def result_of(view: RequestView, *, outcome: str, votes: list[dict[str, Any]], e
     return proposals.result(proposal=view.proposal, response=result)
 
 
-def _raise_if_terminal(view: RequestView) -> None:
-    from handraise.core.service import _raise_if_terminal as refuse
-
-    refuse(view)

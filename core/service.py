@@ -1,4 +1,5 @@
-"""The request lifecycle: create, wait, submit, cancel, expire, links; the one door to the store.
+"""The request lifecycle: create, wait, submit, cancel; the one door to the store (deadlines and the sweeper in
+core/sweeper.py, form links in core/links.py, both bases of RequestService).
 
 Every path that changes a request goes through a compare-and-set in the store,
 journals in the same transaction, and only then publishes an event (register
@@ -12,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -20,11 +20,9 @@ from typing import Any
 
 from handraise.core import callbacks, defaults, escalation, proposals, quorum, timeouts
 from handraise.core.api import (
-    TIMEOUT_CHANNEL,
     CreateRequestBody,
-    LinkView,
-    MintedLink,
     RequestView,
+    raise_if_terminal,
     url_host,
 )
 from handraise.core.attempts import AttemptLimiter
@@ -33,33 +31,28 @@ from handraise.core.config import Settings
 from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
 from handraise.core.cursors import CursorSigner, Position
 from handraise.core.errors import (
-    AlreadyAnsweredError,
     ConflictError,
     ExpiredError,
-    ForbiddenError,
     FourEyesError,
-    GoneError,
     InvalidAnswerError,
     LinkUsedError,
     NotAssignedError,
     NotFoundError,
     NotPendingError,
-    RequestCancelledError,
-    UnavailableError,
     UniqueIdReusedError,
     ValidationFailedError,
 )
+from handraise.core.links import LinkDoors, new_id
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
-from handraise.core.people import is_assigned, is_own_approval, link_principal, person_of, routing_problems
+from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
 from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
 from handraise.core.store import Store
+from handraise.core.sweeper import Sweeping
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-# The longest pause between two prunings of spent rows (``RequestService.prune_spent``).
-PRUNE_EVERY_SECONDS = 60.0
 
 
 def _time_out(fut: asyncio.Future[Any]) -> None:
@@ -68,11 +61,7 @@ def _time_out(fut: asyncio.Future[Any]) -> None:
         fut.set_result(None)
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_urlsafe(16)}"
-
-
-class RequestService:
+class RequestService(Sweeping, LinkDoors):
     """Everything a channel (HTTP API, hosted form, chat bot) may do to a request."""
 
     def __init__(self, *, settings: Settings, store: Store, bus: EventBus, clock: Clock = time.time) -> None:
@@ -374,7 +363,7 @@ class RequestService:
             raise NotFoundError("no such request")
         row, deliveries = found
         view = await self._settle(self._view(row, deliveries=deliveries))
-        _raise_if_terminal(view)
+        raise_if_terminal(view)
         if not self.may_answer(view, principal):
             await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
                                principal=principal, channel=channel, data={"reason": "not_assigned"})
@@ -419,7 +408,7 @@ class RequestService:
             current = await self.get(tenant_id=tenant_id, request_id=view.id, with_deliveries=False)
             if link_id is not None and current.status == "pending":
                 raise LinkUsedError("this link was used already") from None
-            _raise_if_terminal(current)
+            raise_if_terminal(current)
             raise ExpiredError("the request expired") from None
         log.info("request answered", extra={"request_id": view.id, "channel": channel})
         # The answer is at hand: a sealed one need not be opened again.
@@ -465,25 +454,6 @@ class RequestService:
         if first_try:
             await self._progressed(view, seq=entry.seq)
 
-    async def link_opened(self, *, link: LinkView, view: RequestView) -> None:
-        """A person opened the request's hosted form: the first open is journaled and shown on the request.
-
-        Link previews (a chat's unfurler, a mail scanner) fetch links too and count as opens.
-        """
-        if view.opened_at is not None or view.terminal:
-            return
-        now = self.clock()
-        async with self.store.transaction() as conn:
-            if not await self.store.reviews.mark_opened(conn, tenant_id=view.tenant_id, request_id=view.id, now=now):
-                return
-            entry = await self.store.append_journal(conn, tenant_id=view.tenant_id, event="opened",
-                                                    request_id=view.id, run_id=view.run_id,
-                                                    principal=link.answers_as, channel="web",
-                                                    data={"link_id": link.id}, at=now)
-            await self._notify_progress(conn, view, seq=entry.seq)
-        log.info("request form opened", extra={"request_id": view.id, "link_id": link.id})
-        await self._progressed(view, seq=entry.seq)
-
     async def _notify_progress(self, conn: Any, view: RequestView, *, seq: int) -> None:
         await self.store.notify(conn, {"type": REQUEST_PROGRESS, "tenant_id": view.tenant_id, "id": view.id,
                                        "run_id": view.run_id, "origin": self.bus.instance_id, "seq": seq})
@@ -522,222 +492,6 @@ class RequestService:
         log.info("request cancelled", extra={"request_id": request_id})
         return self._resolved(self._view(done.row, deliveries=done.deliveries), seq=done.entry.seq)
 
-    async def expire(self, *, tenant_id: str, request_id: str) -> bool:
-        """Pending and past its deadline → its ``on_timeout`` policy applied. True when this call made the change."""
-        return await self._expire(tenant_id=tenant_id, request_id=request_id) is not None
-
-    async def _expire(self, *, tenant_id: str, request_id: str, view: RequestView | None = None,
-                      policy: str | dict[str, Any] | None = None) -> RequestView | None:
-        """Apply the deadline: expired, or answered with the ``on_timeout`` policy's answer (``answered_via:
-        "timeout"``, nobody as ``answered_by``). None when another writer won (a human's answer racing it
-        is refused by the same compare-and-set). The policy comes from ``view``, or ``policy`` ("expire"
-        spares the read), else from the store."""
-        if view is None and policy != timeouts.EXPIRE:
-            row = await self.store.get_request(tenant_id, request_id)
-            if row is None:
-                return None
-            view = RequestView.from_row(row)
-        applies, response = timeouts.answer_at_deadline(view.on_timeout if view is not None else timeouts.EXPIRE)
-        now = self.clock()
-        notify = self._resolved_notice(tenant_id, request_id, None)
-        canonical = None
-        if not applies:
-            status, values = "expired", {"resolved_via": TIMEOUT_CHANNEL}
-            journal: dict[str, Any] = {"tenant_id": tenant_id, "event": "expired", "request_id": request_id,
-                                       "at": now}
-        else:
-            assert view is not None
-            answer, data, canonical = self._answer_columns(view, response)
-            data["on_timeout"] = timeouts.policy_name(view.on_timeout)
-            status, values = "answered", {**answer, "resolved_via": TIMEOUT_CHANNEL, "resolved_by": None}
-            # The journal's event is the status; "answered" by the policy says so in its data and channel.
-            journal = {"tenant_id": tenant_id, "event": "answered", "request_id": request_id,
-                       "channel": TIMEOUT_CHANNEL, "data": data, "at": now}
-        async with self.store.transaction() as conn:
-            done = await self.store.resolve(conn, request_id=request_id, tenant_id=tenant_id, status=status, now=now,
-                                            require_unexpired=False, values=values, journal=journal, notify=notify)
-        if done is None:
-            return None
-        log.info("request timed out", extra={"request_id": request_id, "outcome": status})
-        row = done.row if canonical is None else {**done.row, "response_json": canonical}
-        return self._resolved(RequestView.from_row(row, deliveries=done.deliveries), seq=done.entry.seq)
-
-    async def sweep(self) -> int:
-        """Expire every overdue request; the store stays true even when nobody waits.
-
-        Also deletes sensitive answers no agent collected within ``limits.sensitive_retention_seconds``,
-        and those handed out whose grace (``limits.sensitive_grace_seconds``) is over.
-        """
-        count = 0
-        for request_id, tenant_id, policy in await self.store.overdue_requests(self.clock()):
-            if await self._expire(tenant_id=tenant_id, request_id=request_id,
-                                  policy=None if policy else timeouts.EXPIRE) is not None:
-                count += 1
-        now, limits = self.clock(), self.settings.limits
-        held = await self.store.uncollected_sensitive(resolved_before=now - limits.sensitive_retention_seconds,
-                                                      delivered_before=now - limits.sensitive_grace_seconds)
-        for request_id, tenant_id in held:
-            row = await self.store.get_request(tenant_id, request_id)
-            if row is not None:
-                reason = "retention" if row["response_delivered_at"] is None else "grace_over"
-                await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=row["run_id"], reason=reason)
-        await self.escalations.run_due()
-        await self.prune_spent()
-        return count
-
-    async def prune_spent(self, *, force: bool = False) -> dict[str, int]:
-        """Delete what finished requests left behind past ``limits.spent_retention_seconds``.
-
-        At most once a minute (or once per retention, when shorter) unless ``force``: nothing becomes
-        prunable faster than that, and a sweep runs every second.
-        """
-        now, retention = self.clock(), self.settings.limits.spent_retention_seconds
-        if not force and now - self._pruned_at < min(PRUNE_EVERY_SECONDS, retention):
-            return {}
-        self._pruned_at = now
-        pruned = await self.store.prune_spent(before=now - retention)
-        if any(pruned.values()):
-            log.info("spent rows pruned", extra={"pruned": pruned})
-        return pruned
-
-    async def run_sweeper(self, interval: float) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except UnavailableError:
-                # The database is restarting or out of reach: one line a tick, not a traceback; the
-                # next tick does what this one could not (nothing is lost by skipping).
-                log.warning("sweep skipped: the store does not answer")
-            except Exception:
-                log.exception("sweep failed")
-            await asyncio.sleep(interval)
-
-    # -- handing the answer to the agent ---------------------------------------
-
-    def response_delivered(self, view: RequestView) -> asyncio.Task[None] | None:
-        """A sensitive answer's bytes have left for the agent.
-
-        The first hand-over keeps the answer for the agent's next call on the request (its
-        connection may have died with the bytes in flight), for ``limits.sensitive_grace_seconds``
-        at most; the next hand-over, an acknowledgement or the end of the grace shreds it.
-        Runs as a task of its own, so a handler cancelled at shutdown cannot skip it;
-        ``drain`` waits for every such task before the store closes.
-        """
-        if not (view.sensitive and view.has_response):
-            return None
-        task = asyncio.get_running_loop().create_task(self._handed_over(view))
-        self._purges.add(task)
-        task.add_done_callback(self._purges.discard)
-        return task
-
-    async def drain(self) -> None:
-        """Finish the deletions under way (called before the store closes)."""
-        while self._purges:
-            await asyncio.gather(*list(self._purges), return_exceptions=True)
-
-    async def _handed_over(self, view: RequestView) -> None:
-        first = await self.store.mark_delivered(request_id=view.id, tenant_id=view.tenant_id, now=self.clock())
-        if not first or self.settings.limits.sensitive_grace_seconds == 0:
-            await self._purge(tenant_id=view.tenant_id, request_id=view.id, run_id=view.run_id, reason="delivered")
-
-    async def acknowledge(self, *, tenant_id: str, request_id: str) -> RequestView:
-        """The agent says it has the answer: a held sensitive answer is shredded now."""
-        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        if view.status != "answered":
-            raise NotPendingError(f"the request is {view.status}: there is no answer to acknowledge")
-        if view.sensitive:
-            await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=view.run_id, reason="acknowledged")
-        return await self.get(tenant_id=tenant_id, request_id=request_id)
-
-    async def _purge(self, *, tenant_id: str, request_id: str, run_id: str | None, reason: str) -> None:
-        if await self.store.purge_response(request_id=request_id, tenant_id=tenant_id):
-            async with self.store.transaction() as conn:
-                await self.store.append_journal(conn, tenant_id=tenant_id, event="response_deleted",
-                                                request_id=request_id, run_id=run_id, data={"reason": reason})
-            await self.store.checkpoint()
-            log.info("sensitive response deleted", extra={"request_id": request_id, "reason": reason})
-
-    # -- links -----------------------------------------------------------------
-
-    async def mint_link(self, *, tenant_id: str, request_id: str, principal: str,
-                        recipient: str | None = None, forward: bool = False,
-                        for_principal: str | None = None, person: str | None = None) -> MintedLink:
-        """A one-time form link. ``forward``: an agent's key minting for the human it serves,
-        allowed only on a request that same key created (``created_by == principal``).
-        ``for_principal``: a personal link; answers through it are that person's (a chat
-        connector mints one only for someone on its allowlist). ``person``: the same for one of the
-        tenant's people, named by id (a 422 unless they may answer it)."""
-        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
-        if forward and view.created_by != principal:
-            raise ForbiddenError("a forward key mints links only for requests it created itself")
-        _raise_if_terminal(view)
-        if person is not None:
-            for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
-            recipient = recipient or person
-        token = secrets.token_urlsafe(32)
-        link_id = new_id("lnk")
-        now = self.clock()
-        async with self.store.transaction() as conn:
-            await self.store.insert_link(conn, {
-                "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
-                "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
-                "created_by": principal, "created_at": now, "used_at": None, "principal": for_principal,
-            })
-            await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
-                                            run_id=view.run_id, principal=principal,
-                                            data={"link_id": link_id, "recipient": recipient,
-                                                  **({"scope": "forward"} if forward else {}),
-                                                  **({"for": for_principal} if for_principal else {})}, at=now)
-        url = f"{self.settings.server.public_url}/f/{token}"
-        return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
-
-    async def find_link(self, token: str) -> tuple[LinkView, RequestView]:
-        """The link and its request whatever their state (a dead link's page says who answered and when),
-        or NotFoundError when no link has this token."""
-        if not token or len(token) > 128:
-            raise NotFoundError("no such link")
-        row = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
-        if row is None:
-            raise NotFoundError("no such link")
-        link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
-                        row["used_at"], row.get("principal"))
-        view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
-        return link, view
-
-    async def open_link(self, token: str) -> tuple[LinkView, RequestView]:
-        """The link and its request, or NotFoundError (unknown) / a GoneError subclass (dead link)."""
-        link, view = await self.find_link(token)
-        if view.status == "answered" and link.used_at is None:
-            # The answer may have come through this very link between our two reads: its use
-            # commits with the answer, so a second look tells "used" from "answered elsewhere".
-            again = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
-            if again is not None and again["used_at"] is not None:
-                raise LinkUsedError("this link was used already")
-        if link.used_at is not None:
-            raise LinkUsedError("this link was used already")
-        if view.timed_out:
-            raise ExpiredError("the question expired")
-        if view.status == "answered":
-            raise AlreadyAnsweredGone("the question was answered already")
-        if view.status == "expired":
-            raise ExpiredError("the question expired")
-        if view.status == "cancelled":
-            raise RequestCancelledError("the question was cancelled")
-        return link, view
-
-    async def submit_link(self, *, token: str, response: Any) -> RequestView:
-        link, view = await self.open_link(token)
-        try:
-            return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
-                                     principal=link.answers_as, channel=link.channel, link_id=link.id)
-        except AlreadyAnsweredError:
-            # Lost a race after open_link (another tab of this link, or another channel): a dead
-            # link is a 410 as open_link reports it (LinkUsedError / AlreadyAnsweredGone), not a 409.
-            await self.open_link(token)
-            raise
-
     # -- journal and deliveries (for connectors) -------------------------------
 
     async def journal(self, *, tenant_id: str, event: str, request_id: str | None = None, run_id: str | None = None,
@@ -762,25 +516,6 @@ class RequestService:
 
 class _LostRace(Exception):
     """Another submission won the compare-and-set; the transaction rolls back."""
-
-
-class AlreadyAnsweredGone(GoneError):
-    """A link whose request was answered by another route: 410 for the form, not 409."""
-
-    code = "already_answered"
-
-
-def _raise_if_terminal(view: RequestView) -> None:
-    if view.timed_out:
-        # Answered by its on_timeout policy, or expired: to a late human, the time ran out either way.
-        raise ExpiredError("the request expired" if view.status == "expired"
-                           else "the time ran out: the request's on_timeout policy applied")
-    if view.status == "answered":
-        raise AlreadyAnsweredError("the request was answered already")
-    if view.status == "expired":
-        raise ExpiredError("the request expired")
-    if view.status == "cancelled":
-        raise RequestCancelledError("the request was cancelled")
 
 
 def _errors_message(errors: list[Any]) -> str:

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.sp
     ("shapes", "api wording signedpost events appkeys logs defaults"),
     # The lifecycle: requests, annotations, runs, the inbox's access, the HITL protocol, callbacks, metrics,
     # escalation on the clock, quorum votes.
-    ("lifecycle", "service annotations runs inbox hitl callbacks metrics escalation quorum"),
+    ("lifecycle", "service links sweeper annotations runs inbox hitl callbacks metrics escalation quorum"),
     # Reaching humans: channels, connectors, the dispatcher, the shared chat-answer path, its outcomes
     # and rating buttons.
     ("delivery", "channels connectors dispatch chat outcomes ratings"),

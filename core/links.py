@@ -1,0 +1,134 @@
+"""Form links: minting one-time links (personal or forwarded), finding and opening them, answering through
+them, and the first open recorded. A part of :class:`~handraise.core.service.RequestService`, kept here
+so the service module holds the lifecycle itself."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from handraise.core.api import LinkView, MintedLink, RequestView, raise_if_terminal
+from handraise.core.errors import (
+    AlreadyAnsweredError,
+    AlreadyAnsweredGone,
+    ExpiredError,
+    ForbiddenError,
+    LinkUsedError,
+    NotFoundError,
+    RequestCancelledError,
+)
+from handraise.core.people import link_principal
+
+if TYPE_CHECKING:
+    from handraise.core.service import RequestService
+
+log = logging.getLogger("handraise.core.service")
+
+__all__ = ["LinkDoors", "new_id"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(16)}"
+
+
+class LinkDoors:
+    """The link half of the request service (a base of RequestService: ``self`` is the service)."""
+
+    async def link_opened(self: RequestService, *, link: LinkView, view: RequestView) -> None:
+        """A person opened the request's hosted form: the first open is journaled and shown on the request.
+
+        Link previews (a chat's unfurler, a mail scanner) fetch links too and count as opens.
+        """
+        if view.opened_at is not None or view.terminal:
+            return
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            if not await self.store.reviews.mark_opened(conn, tenant_id=view.tenant_id, request_id=view.id, now=now):
+                return
+            entry = await self.store.append_journal(conn, tenant_id=view.tenant_id, event="opened",
+                                                    request_id=view.id, run_id=view.run_id,
+                                                    principal=link.answers_as, channel="web",
+                                                    data={"link_id": link.id}, at=now)
+            await self._notify_progress(conn, view, seq=entry.seq)
+        log.info("request form opened", extra={"request_id": view.id, "link_id": link.id})
+        await self._progressed(view, seq=entry.seq)
+
+
+    async def mint_link(self: RequestService, *, tenant_id: str, request_id: str, principal: str,
+                        recipient: str | None = None, forward: bool = False,
+                        for_principal: str | None = None, person: str | None = None) -> MintedLink:
+        """A one-time form link. ``forward``: an agent's key minting for the human it serves,
+        allowed only on a request that same key created (``created_by == principal``).
+        ``for_principal``: a personal link; answers through it are that person's (a chat
+        connector mints one only for someone on its allowlist). ``person``: the same for one of the
+        tenant's people, named by id (a 422 unless they may answer it)."""
+        view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        if forward and view.created_by != principal:
+            raise ForbiddenError("a forward key mints links only for requests it created itself")
+        raise_if_terminal(view)
+        if person is not None:
+            for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
+            recipient = recipient or person
+        token = secrets.token_urlsafe(32)
+        link_id = new_id("lnk")
+        now = self.clock()
+        async with self.store.transaction() as conn:
+            await self.store.insert_link(conn, {
+                "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
+                "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
+                "created_by": principal, "created_at": now, "used_at": None, "principal": for_principal,
+            })
+            await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
+                                            run_id=view.run_id, principal=principal,
+                                            data={"link_id": link_id, "recipient": recipient,
+                                                  **({"scope": "forward"} if forward else {}),
+                                                  **({"for": for_principal} if for_principal else {})}, at=now)
+        url = f"{self.settings.server.public_url}/f/{token}"
+        return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
+
+    async def find_link(self: RequestService, token: str) -> tuple[LinkView, RequestView]:
+        """The link and its request whatever their state (a dead link's page says who answered and when),
+        or NotFoundError when no link has this token."""
+        if not token or len(token) > 128:
+            raise NotFoundError("no such link")
+        row = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+        if row is None:
+            raise NotFoundError("no such link")
+        link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
+                        row["used_at"], row.get("principal"))
+        view = await self.get(tenant_id=link.tenant_id, request_id=link.request_id, with_deliveries=False)
+        return link, view
+
+    async def open_link(self: RequestService, token: str) -> tuple[LinkView, RequestView]:
+        """The link and its request, or NotFoundError (unknown) / a GoneError subclass (dead link)."""
+        link, view = await self.find_link(token)
+        if view.status == "answered" and link.used_at is None:
+            # The answer may have come through this very link between our two reads: its use
+            # commits with the answer, so a second look tells "used" from "answered elsewhere".
+            again = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+            if again is not None and again["used_at"] is not None:
+                raise LinkUsedError("this link was used already")
+        if link.used_at is not None:
+            raise LinkUsedError("this link was used already")
+        if view.timed_out:
+            raise ExpiredError("the question expired")
+        if view.status == "answered":
+            raise AlreadyAnsweredGone("the question was answered already")
+        if view.status == "expired":
+            raise ExpiredError("the question expired")
+        if view.status == "cancelled":
+            raise RequestCancelledError("the question was cancelled")
+        return link, view
+
+    async def submit_link(self: RequestService, *, token: str, response: Any) -> RequestView:
+        link, view = await self.open_link(token)
+        try:
+            return await self.submit(tenant_id=link.tenant_id, request_id=view.id, response=response,
+                                     principal=link.answers_as, channel=link.channel, link_id=link.id)
+        except AlreadyAnsweredError:
+            # Lost a race after open_link (another tab of this link, or another channel): a dead
+            # link is a 410 as open_link reports it (LinkUsedError / AlreadyAnsweredGone), not a 409.
+            await self.open_link(token)
+            raise
