@@ -252,13 +252,13 @@ async def explain(store: str, url: str) -> str:
     """The plans of the hot queries on the filled database, as text."""
     from sqlalchemy.dialects import postgresql, sqlite
 
-    from handraise.core.store import store as st
+    from handraise.core.store import statements as st
 
     now = time.time()
     queries = {
-        "get request with deliveries (wait, submit)": (st._GET_REQUEST_JOINED, {"id": "req_fill00500000",
+        "get request with deliveries (wait, submit)": (st.GET_REQUEST_JOINED, {"id": "req_fill00500000",
                                                                               "tenant_id": TENANT}),
-        "by unique_id (submit)": (st._GET_REQUEST_BY_UNIQUE_ID_JOINED, {"unique_id": "fill-500000",
+        "by unique_id (submit)": (st.GET_REQUEST_BY_UNIQUE_ID_JOINED, {"unique_id": "fill-500000",
                                                                       "tenant_id": TENANT}),
         "list pending, first page": (st.list_requests_statement(TENANT, status="pending", run_id=None, limit=100),
                                      {}),
@@ -270,7 +270,7 @@ async def explain(store: str, url: str) -> str:
                                                                   st.journal_t.c.run_id == "run-fill-50000")
                                       .order_by(st.journal_t.c.seq), {}),
         "overdue (sweeper)": (st.overdue_statement(now, limit=500), {}),
-        "held sensitive (sweeper)": (st._HELD_SENSITIVE.limit(500), {"resolved_before": now - 3600,
+        "held sensitive (sweeper)": (st.HELD_SENSITIVE.limit(500), {"resolved_before": now - 3600,
                                                                      "delivered_before": now - 30}),
     }
     out = [f"## {store}, {url.rsplit('/', 1)[-1]}"]

@@ -4,7 +4,8 @@ migrated at open, and the queries the lifecycle needs.
 Every statement here filters by tenant where a tenant is involved. State changes are
 compare-and-set updates (``WHERE status = 'pending'``) so that exactly one writer wins, and each
 change appends its journal entry in the same transaction. Storage exceptions end here: callers see
-the core error tree (``units.raise_translated``). Hot statements are built once, with bind parameters.
+the core error tree (``units.raise_translated``). Hot statements are built once, with bind parameters
+(core/store/statements.py).
 """
 
 from __future__ import annotations
@@ -13,28 +14,17 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import and_, bindparam, insert, or_, select, text, union, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import and_, select, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from handraise.core.errors import ConfigError, UnavailableError
-from handraise.core.models import (
-    AnnotationRow,
-    ApiKeyRow,
-    DeliveryRow,
-    JournalRow,
-    LinkRow,
-    RequestRow,
-)
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store.chatrefs import ChatRefRecords
 from handraise.core.store.deliveries import FOR_REQUEST as DELIVERIES_FOR_REQUEST
@@ -42,13 +32,43 @@ from handraise.core.store.deliveries import DeliveryRecords
 from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import LeaderLocks, lock_key
-from handraise.core.store.listing import tenant_requests
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import StateRecords
+from handraise.core.store.statements import (
+    annotations_t,
+    api_keys_t,
+    CANCEL_REQUEST,
+    CANCEL_RETURNING,
+    GET_ANNOTATION,
+    GET_LINK_BY_HASH,
+    GET_REQUEST,
+    GET_REQUEST_BY_UNIQUE_ID,
+    GET_REQUEST_BY_UNIQUE_ID_JOINED,
+    GET_REQUEST_JOINED,
+    HELD_SENSITIVE,
+    INSERT_ANNOTATION,
+    INSERT_API_KEY,
+    INSERT_LINK,
+    INSERTS,
+    list_requests_statement,
+    MARK_DELIVERED,
+    NOTIFY,
+    overdue_statement,
+    PURGE_RESPONSE,
+    RequestWithDeliveries,
+    Resolution,
+    RESOLVE,
+    RESOLVE_EXPIRED,
+    RESOLVE_UNEXPIRED,
+    REVOKE_API_KEY,
+    row_and_deliveries,
+    SELECT_1,
+    USE_LINK,
+)
 from handraise.core.store.votes import VoteRecords
 from handraise.core.store.units import (
     PgConnection,
@@ -66,91 +86,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-requests_t = RequestRow.__table__
-journal_t = JournalRow.__table__
-deliveries_t = DeliveryRow.__table__
-links_t = LinkRow.__table__
-api_keys_t = ApiKeyRow.__table__
-annotations_t = AnnotationRow.__table__
-
 NOTIFY_CHANNEL = "handraise_events"
-
-# -- prebuilt statements -------------------------------------------------------
-# Built once so that a call neither constructs a statement nor recomputes its cache key.
-# Bind names of UPDATE conditions start with ``w_``: a bind named like a column would
-# collide with that column's SET parameter.
-
-_b = bindparam
-_GET_REQUEST = select(requests_t).where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id"))
-_GET_REQUEST_BY_UNIQUE_ID = select(requests_t).where(requests_t.c.tenant_id == _b("tenant_id"),
-                                                     requests_t.c.unique_id == _b("unique_id"))
-# A request with its deliveries in one statement (the view an agent or operator reads).
-_DELIVERY_COLUMNS = ("channel", "target", "status", "attempts", "last_error", "updated_at")
-_WITH_DELIVERIES = requests_t.outerjoin(deliveries_t, and_(deliveries_t.c.request_id == requests_t.c.id,
-                                                           deliveries_t.c.tenant_id == requests_t.c.tenant_id))
-_JOINED = select(requests_t, *[deliveries_t.c[n].label(f"delivery_{n}") for n in _DELIVERY_COLUMNS],
-                 deliveries_t.c.id.label("delivery_id")).select_from(_WITH_DELIVERIES)
-_GET_REQUEST_JOINED = _JOINED.where(requests_t.c.id == _b("id"), requests_t.c.tenant_id == _b("tenant_id")
-                                    ).order_by(deliveries_t.c.id)
-_GET_REQUEST_BY_UNIQUE_ID_JOINED = _JOINED.where(
-    requests_t.c.tenant_id == _b("tenant_id"), requests_t.c.unique_id == _b("unique_id")).order_by(deliveries_t.c.id)
-_RESOLVE_UNEXPIRED = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
-    requests_t.c.expires_at > _b("w_now"))
-_RESOLVE_EXPIRED = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
-    requests_t.c.expires_at <= _b("w_now"))
-_RETURNING = tuple(requests_t.c)
-_CANCEL_REQUEST = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
-).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
-# Shreds a sensitive answer: its sealed value and its wrapped key go together.
-_PURGE_RESPONSE = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
-    requests_t.c.response_sealed.is_not(None),
-).values(response_sealed=None, response_key=None, response_json=None, response_purged=True)
-_MARK_DELIVERED = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
-    requests_t.c.response_sealed.is_not(None), requests_t.c.response_delivered_at.is_(None),
-).values(response_delivered_at=_b("w_now"))
-_HELD = requests_t.c.response_sealed.is_not(None)
-# Two range scans of partial indexes that hold only the rows still holding an answer (migrations
-# 0004 and 0009): the sweeper reads the answers that are due, not every one still within its time.
-_HELD_SENSITIVE = union(
-    select(requests_t.c.id, requests_t.c.tenant_id).where(_HELD, requests_t.c.resolved_at < _b("resolved_before")),
-    select(requests_t.c.id, requests_t.c.tenant_id).where(
-        _HELD, requests_t.c.response_delivered_at < _b("delivered_before")),
-).limit(_b("limit"))
-
-_INSERT_LINK = insert(links_t)
-_GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
-_USE_LINK = update(links_t).where(links_t.c.id == _b("w_id"), links_t.c.used_at.is_(None)).values(used_at=_b("w_now"))
-
-_INSERT_API_KEY = insert(api_keys_t)
-_REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
-                   .values(revoked_at=_b("w_now")))
-
-_INSERT_ANNOTATION = insert(annotations_t)
-_GET_ANNOTATION = select(annotations_t).where(annotations_t.c.tenant_id == _b("tenant_id"),
-                                              annotations_t.c.annotation_id == _b("annotation_id"))
-
-_NOTIFY = text("SELECT pg_notify(:ch, :p)")
-# The compare-and-set updates that hand back the row they changed (one statement: no re-read).
-_RESOLVE = {True: _RESOLVE_UNEXPIRED.returning(*_RETURNING), False: _RESOLVE_EXPIRED.returning(*_RETURNING)}
-_CANCEL_RETURNING = _CANCEL_REQUEST.returning(*_RETURNING)
-_SELECT_1 = text("SELECT 1")
-
-
-class _Inserts:
-    """``INSERT … ON CONFLICT DO NOTHING`` per dialect: a duplicate is a rowcount of 0, no savepoint needed."""
-
-    def __init__(self, dialect: str) -> None:
-        make = pg_insert if dialect == "postgresql" else sqlite_insert
-        self.request = make(requests_t).on_conflict_do_nothing()
-
-
-_INSERTS = {"sqlite": _Inserts("sqlite"), "postgresql": _Inserts("postgresql")}
-
 
 def to_async_url(url: str) -> str:
     """``sqlite:///x.db`` → aiosqlite, ``postgresql://`` → asyncpg."""
@@ -178,51 +114,6 @@ async def _pg_connection(opening: Any) -> AsyncIterator[Any]:
         raise
     with storage_errors():
         await opening.__aexit__(None, None, None)
-
-
-def list_requests_statement(tenant_id: str, *, status: str | None, run_id: str | None, limit: int,
-                            after: tuple[float, str] | None = None) -> Any:
-    """Oldest first, in (created_at, id) order, from ``after`` on (a keyset page: no OFFSET). Served by
-    an index whichever filter is given (migration 0009): (tenant, created), (tenant, status, created) or
-    (tenant, run, created); a page costs the same at a million rows, first or deep. Ids break ties of
-    equal times, so the order is total and a page boundary never skips or repeats a row."""
-    stmt = tenant_requests(tenant_id, statuses=None if status is None else (status,), run_id=run_id)
-    if after is not None:
-        created_at, request_id = after
-        # The >= bound is what the index range starts from; the OR then drops the rows up to the cursor.
-        stmt = stmt.where(requests_t.c.created_at >= created_at,
-                          or_(requests_t.c.created_at > created_at, requests_t.c.id > request_id))
-    return stmt.order_by(requests_t.c.created_at, requests_t.c.id).limit(limit)
-
-
-def overdue_statement(now: float, *, limit: int) -> Any:
-    """The sweeper's pending requests past their deadline (index (status, expires_at))."""
-    return (select(requests_t.c.id, requests_t.c.tenant_id, requests_t.c.on_timeout_json)
-            .where(and_(requests_t.c.status == "pending", requests_t.c.expires_at <= now))
-            .order_by(requests_t.c.expires_at).limit(limit))
-
-
-def _row_and_deliveries(c: Connection, stmt: Any, params: Mapping[str, Any]) -> RequestWithDeliveries | None:
-    request: dict[str, Any] | None = None
-    deliveries: list[dict[str, Any]] = []
-    for r in c.execute(stmt, params).mappings():
-        if request is None:
-            request = {k: v for k, v in r.items() if not k.startswith("delivery_")}
-        if r["delivery_id"] is not None:
-            deliveries.append({n: r[f"delivery_{n}"] for n in _DELIVERY_COLUMNS})
-    return None if request is None else (request, deliveries)
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """What one compare-and-set that won leaves: the row as updated, its deliveries, its journal entry."""
-
-    row: dict[str, Any]
-    deliveries: list[dict[str, Any]]
-    entry: JournalEntry
-
-
-RequestWithDeliveries = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 def upgrade(sync_conn: Connection, secret: ServerSecret | None, revision: str = "head") -> None:
@@ -263,7 +154,7 @@ class Store:
         self._engine: AsyncEngine | None = None
         self._read_engine: AsyncEngine | None = None
         self._runner: SqliteRunner | None = None
-        self._inserts = _INSERTS[self.dialect]
+        self._inserts = INSERTS[self.dialect]
         self.journal = Journal(read=self._read, dialect=self.dialect,
                                key=None if secret is None else secret.key("journal chain"))
         self.leadership = LeaderLocks(dsn=self.asyncpg_dsn() if self.is_postgres else None)
@@ -363,7 +254,7 @@ class Store:
 
     async def ping(self) -> bool:
         try:
-            await self._read(scalar, _SELECT_1)
+            await self._read(scalar, SELECT_1)
             return True
         except (UnavailableError, OSError):
             return False
@@ -464,11 +355,11 @@ class Store:
 
     async def get_request(self, tenant_id: str, request_id: str, *,
                           conn: StoreConnection | None = None) -> dict[str, Any] | None:
-        return await self._on(conn, first, _GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
+        return await self._on(conn, first, GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
 
     async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *,
                                        conn: StoreConnection | None = None) -> dict[str, Any] | None:
-        return await self._on(conn, first, _GET_REQUEST_BY_UNIQUE_ID,
+        return await self._on(conn, first, GET_REQUEST_BY_UNIQUE_ID,
                               {"tenant_id": tenant_id, "unique_id": unique_id})
 
     async def get_request_with_deliveries(self, tenant_id: str, *, request_id: str | None = None,
@@ -476,9 +367,9 @@ class Store:
         """The row and its delivery rows (channel, target, status, attempts, last_error, updated_at), in one
         statement, by id or by the agent's unique_id."""
         if request_id is not None:
-            return await self._read(_row_and_deliveries, _GET_REQUEST_JOINED, {"id": request_id,
+            return await self._read(row_and_deliveries, GET_REQUEST_JOINED, {"id": request_id,
                                                                               "tenant_id": tenant_id})
-        return await self._read(_row_and_deliveries, _GET_REQUEST_BY_UNIQUE_ID_JOINED,
+        return await self._read(row_and_deliveries, GET_REQUEST_BY_UNIQUE_ID_JOINED,
                                 {"tenant_id": tenant_id, "unique_id": unique_id})
 
     async def create_request(self, conn: StoreConnection, row: Mapping[str, Any], *, journal: Mapping[str, Any],
@@ -501,7 +392,7 @@ class Store:
                       notify: Mapping[str, Any] | None = None, with_deliveries: bool = True) -> Resolution | None:
         """Compare-and-set pending → ``status`` and journal it, as one unit of work; None when another
         writer won. ``journal`` is the entry's fields but its run id (the row's is used)."""
-        stmt = _RESOLVE[require_unexpired]
+        stmt = RESOLVE[require_unexpired]
         params = {"status": status, "resolved_at": now, **values,
                   "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
         return await conn.run(self._resolve_unit, stmt, params, dict(journal), self._notify_arg(notify),
@@ -510,7 +401,7 @@ class Store:
     async def cancel(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float, principal: str,
                      journal: Mapping[str, Any], notify: Mapping[str, Any] | None = None) -> Resolution | None:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
-        return await conn.run(self._resolve_unit, _CANCEL_RETURNING, params, dict(journal),
+        return await conn.run(self._resolve_unit, CANCEL_RETURNING, params, dict(journal),
                               self._notify_arg(notify), True)
 
     def _resolve_unit(self, c: Connection, stmt: Any, params: dict[str, Any], journal: dict[str, Any],
@@ -539,7 +430,7 @@ class Store:
     async def resolve_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str,
                               now: float, values: Mapping[str, Any], require_unexpired: bool) -> bool:
         """Compare-and-set pending → ``status``. True for the one winner."""
-        stmt = _RESOLVE_UNEXPIRED if require_unexpired else _RESOLVE_EXPIRED
+        stmt = RESOLVE_UNEXPIRED if require_unexpired else RESOLVE_EXPIRED
         params = {"status": status, "resolved_at": now, **values,
                   "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
         return await conn.run(rowcount, stmt, params) == 1
@@ -547,7 +438,7 @@ class Store:
     async def cancel_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float,
                              principal: str) -> bool:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
-        return await conn.run(rowcount, _CANCEL_REQUEST, params) == 1
+        return await conn.run(rowcount, CANCEL_REQUEST, params) == 1
 
     async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str, str | None]]:
         """Pending requests past their deadline: (id, tenant id, on_timeout_json: None for "expire")."""
@@ -558,16 +449,16 @@ class Store:
                                     limit: int = 500) -> list[tuple[str, str]]:
         """Sensitive answers still held past their retention (never collected) or their grace (handed out)."""
         params = {"resolved_before": resolved_before, "delivered_before": delivered_before, "limit": limit}
-        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, _HELD_SENSITIVE, params)]
+        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, HELD_SENSITIVE, params)]
 
     async def mark_delivered(self, *, request_id: str, tenant_id: str, now: float) -> bool:
         """True for the first hand-over of a held sensitive answer (its grace starts now)."""
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
-        return await self._write(rowcount, _MARK_DELIVERED, params) == 1
+        return await self._write(rowcount, MARK_DELIVERED, params) == 1
 
     async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
         """Shred a held sensitive answer; False when there was none (deleted already)."""
-        return await self._write(rowcount, _PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
+        return await self._write(rowcount, PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
 
     # -- journal (core/store/journal.py) ---------------------------------------
 
@@ -586,18 +477,18 @@ class Store:
     # -- links -----------------------------------------------------------------
 
     async def insert_link(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
-        await conn.run(rowcount, _INSERT_LINK, dict(row))
+        await conn.run(rowcount, INSERT_LINK, dict(row))
 
     async def get_link_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
-        return await self._read(first, _GET_LINK_BY_HASH, {"token_sha256": token_sha256})
+        return await self._read(first, GET_LINK_BY_HASH, {"token_sha256": token_sha256})
 
     async def use_link(self, conn: StoreConnection, *, link_id: str, now: float) -> bool:
-        return await conn.run(rowcount, _USE_LINK, {"w_id": link_id, "w_now": now}) == 1
+        return await conn.run(rowcount, USE_LINK, {"w_id": link_id, "w_now": now}) == 1
 
     # -- api keys --------------------------------------------------------------
 
     async def insert_api_key(self, row: Mapping[str, Any]) -> None:
-        await self._write(rowcount, _INSERT_API_KEY, dict(row))
+        await self._write(rowcount, INSERT_API_KEY, dict(row))
 
     async def list_api_keys(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         stmt = select(api_keys_t).order_by(api_keys_t.c.created_at)
@@ -606,16 +497,16 @@ class Store:
         return await self._read(all_rows, stmt)
 
     async def revoke_api_key(self, key_id: str, *, now: float) -> bool:
-        return await self._write(rowcount, _REVOKE_API_KEY, {"w_id": key_id, "w_now": now}) == 1
+        return await self._write(rowcount, REVOKE_API_KEY, {"w_id": key_id, "w_now": now}) == 1
 
     # -- annotations -----------------------------------------------------------
 
     async def insert_annotation(self, conn: StoreConnection, row: Mapping[str, Any]) -> int:
         """The new annotation's seq; ConflictError when its ``supersedes`` has a successor already."""
-        return await conn.run(inserted_pk, _INSERT_ANNOTATION, dict(row))
+        return await conn.run(inserted_pk, INSERT_ANNOTATION, dict(row))
 
     async def get_annotation(self, tenant_id: str, annotation_id: str) -> dict[str, Any] | None:
-        return await self._read(first, _GET_ANNOTATION, {"tenant_id": tenant_id, "annotation_id": annotation_id})
+        return await self._read(first, GET_ANNOTATION, {"tenant_id": tenant_id, "annotation_id": annotation_id})
 
     async def list_annotations(self, tenant_id: str, run_id: str, *, after_seq: int = 0,
                                limit: int = 100) -> list[dict[str, Any]]:
@@ -649,7 +540,7 @@ class Store:
     async def notify(self, conn: StoreConnection, payload: Mapping[str, Any]) -> None:
         """Queue a NOTIFY in this transaction: other instances hear it only once it commits."""
         if self.is_postgres:
-            await conn.run(rowcount, _NOTIFY, {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
+            await conn.run(rowcount, NOTIFY, {"ch": NOTIFY_CHANNEL, "p": json.dumps(payload)})
 
     def asyncpg_dsn(self) -> str:
         """For asyncpg's own connections (the listener, leader locks): a query parameter asyncpg does not
