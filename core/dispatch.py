@@ -26,6 +26,7 @@ from handraise.core.deliveries import Delivery, DeliveryLog
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED, Event
 from handraise.core.leadership import Leadership
+from handraise.core.recovery import RECOVERY_LEADER, Recovery
 from handraise.core.redaction import redact
 from handraise.core.service import RequestService
 
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 # Refs of reminder messages are kept inside the original delivery's ref under this key.
 REMINDER_REFS = "_reminders"
-_LEADER = "dispatch-recovery"
 # Tally edits one message gets in a row while votes keep coming in (each shows the newest tally).
 _TALLY_EDITS = 8
 
@@ -44,7 +44,7 @@ class ReviewCases(Protocol):
     async def get_case(self, *, tenant_id: str, request_id: str) -> dict[str, Any] | None: ...
 
 
-class Dispatcher:
+class Dispatcher(Recovery):
     """Runs deliveries, withdrawals and reminders for the connectors of one instance.
 
     It reads requests through the lifecycle ``service``, keeps its rows in the ``deliveries`` log, and runs
@@ -105,7 +105,7 @@ class Dispatcher:
         self._tasks.clear()
         self._timers.clear()
         with contextlib.suppress(Exception):
-            await self.leadership.release(_LEADER)
+            await self.leadership.release(RECOVERY_LEADER)
 
     async def idle(self) -> None:
         """Wait until no delivery work is in flight (tests and graceful shutdown).
@@ -524,98 +524,6 @@ class Dispatcher:
                                          data={"status": view.status}, status="withdrawn", last_error=None)
             self._count(connector.name, "withdrawn")
             return
-
-    # -- recovery --------------------------------------------------------------
-
-    async def _recovery_loop(self) -> None:
-        first = True
-        while True:
-            try:
-                if await self.leadership.take(_LEADER) and await self.leadership.alive(_LEADER):
-                    await self.recover(startup=first)
-                    first = False
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("delivery recovery failed")
-            await asyncio.sleep(self.recovery_interval)
-
-    async def recover(self, *, startup: bool = False) -> int:
-        """Resume what a stopped or crashed instance left undone; returns how many were resumed.
-
-        For every pending request: deliveries never started or stalled in their retries are
-        sent, and overdue reminders fire. Work this instance is doing itself is left alone;
-        with several instances only work older than a live instance's retry horizon counts
-        as abandoned, so nothing is sent twice.
-        """
-        async with self._recover_lock:
-            return await self._recover(startup=startup)
-
-    async def _recover(self, *, startup: bool) -> int:
-        now = self.service.clock()
-        # One process on SQLite: at startup, anything from before this start was abandoned;
-        # what arrived since is this process's own (it may be committed but not yet published).
-        alone = not self.shared and startup
-        # A live instance touches a pending delivery at least every backoff_cap seconds.
-        stale = 2 * self.backoff_cap + 30
-        resumed = 0
-        for tenant in self.service.settings.tenants:
-            for view in await self.service.list(tenant_id=tenant.id, status="pending", limit=500):
-                if view.id in self._tasks or (view.expires_at <= now):
-                    continue
-                rows = {(d.channel, d.target): d
-                        for d in await self.deliveries.of_request(tenant_id=tenant.id, request_id=view.id)}
-                for channel in view.channels:
-                    connector = self.connectors.get(channel)
-                    if connector is None:
-                        continue
-                    for target in connector.targets_for(view):
-                        row = rows.get((channel, target))
-                        if row is None:
-                            if (view.created_at >= self._started_at if alone
-                                    else now - view.created_at < stale):
-                                continue  # its creator may be about to deliver it
-                            delivery = await self.deliveries.open(tenant_id=tenant.id, request_id=view.id,
-                                                                  channel=channel, target=target)
-                            self._spawn(view.id, self._deliver_one(connector, view, delivery))
-                            resumed += 1
-                        elif row.status == "pending":
-                            if (row.updated_at >= self._started_at if alone
-                                    else now - row.updated_at < stale):
-                                continue
-                            self._spawn(view.id, self._deliver_one(connector, view, row,
-                                                                   first_attempt=row.attempts + 1))
-                            resumed += 1
-                        elif row.status == "sent" and row.reminded_at is None and connector.remind_after():
-                            due = row.updated_at + (connector.remind_after() or 0)
-                            if alone:
-                                overdue = row.updated_at < self._started_at and now >= due
-                            else:
-                                overdue = now >= due + stale
-                            if overdue:
-                                self._spawn(view.id, self._remind_one(connector, view, row))
-                                resumed += 1
-        resumed += await self._recover_callbacks(alone=alone, stale=stale, now=now)
-        if resumed:
-            log.info("deliveries resumed", extra={"count": resumed})
-        return resumed
-
-    async def _recover_callbacks(self, *, alone: bool, stale: float, now: float) -> int:
-        """Callbacks of terminal requests that no live instance is sending: resumed from their last attempt."""
-        if self.http is None:
-            return 0
-        resumed = 0
-        for request_id, tenant_id, resolved_at in await self.deliveries.callbacks_due():
-            if request_id in self._tasks:
-                continue
-            rows = [d for d in await self.deliveries.of_request(tenant_id=tenant_id, request_id=request_id)
-                    if d.channel == callbacks.CHANNEL]
-            touched = max([resolved_at or 0.0, *(d.updated_at for d in rows)])
-            if (touched >= self._started_at) if alone else (now - touched < stale):
-                continue  # its resolver may be posting it right now
-            self._spawn(request_id, self._call_back(tenant_id, request_id))
-            resumed += 1
-        return resumed
 
 
 def _main_ref(ref: dict[str, Any]) -> dict[str, Any]:
