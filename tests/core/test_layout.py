@@ -1,5 +1,6 @@
 """The house rules the tree keeps, read from the source with ast (never by importing it): ``core/`` imports
-nothing from ``bots/`` or ``webforms/``, and inside ``core/`` no layer imports a layer above it."""
+nothing from ``bots/`` or ``webforms/``, inside ``core/`` no layer imports a layer above it, and no module
+of the service grows past ``MAX_LINES`` (one concept per module)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.sp
     ("lifecycle", "service links sweeper annotations runs inbox hitl callbacks metrics escalation quorum"),
     # Reaching humans: channels, connectors, the dispatcher, the shared chat-answer path, its outcomes
     # and rating buttons.
-    ("delivery", "channels connectors dispatch chat outcomes ratings"),
+    ("delivery", "channels connectors dispatch recovery chat outcomes ratings"),
     # How agents and operators reach the service: the HTTP API and MCP.
     ("interfaces", "http mcp"),
     # The app factory that wires it all.
@@ -125,3 +126,15 @@ def test_an_upward_import_would_be_caught() -> None:
     tree = ast.parse("def f():\n    from handraise.core.app import create_app\n")
     names = [unit_of(name) for _, name in imported(tree, runtime_only=True)]
     assert "app" in names and LEVEL["app"] > LEVEL["store"]
+
+
+# A module past this many lines holds more than one concept: split it by concept (issue 20).
+MAX_LINES = 600
+SOURCE_FOLDERS = ("core", "bots", "webforms", "handraise")
+
+
+def test_no_module_outside_the_tests_is_over_max_lines() -> None:
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+             for folder in SOURCE_FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))}
+    assert len(sizes) > 50, "the source folders were not found"
+    assert {path: lines for path, lines in sizes.items() if lines > MAX_LINES} == {}
