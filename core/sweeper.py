@@ -157,9 +157,12 @@ class Sweeping:
         return await self.get(tenant_id=tenant_id, request_id=request_id)
 
     async def _purge(self: RequestService, *, tenant_id: str, request_id: str, run_id: str | None, reason: str) -> None:
-        if await self.store.purge_response(request_id=request_id, tenant_id=tenant_id):
-            async with self.store.transaction() as conn:
+        # The shredding and its journal entry commit together: nobody sees the answer gone unjournaled.
+        async with self.store.transaction() as conn:
+            purged = await self.store.purge_response(conn, request_id=request_id, tenant_id=tenant_id)
+            if purged:
                 await self.store.append_journal(conn, tenant_id=tenant_id, event="response_deleted",
                                                 request_id=request_id, run_id=run_id, data={"reason": reason})
+        if purged:
             await self.store.checkpoint()
             log.info("sensitive response deleted", extra={"request_id": request_id, "reason": reason})

@@ -456,9 +456,10 @@ class Store:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
         return await self._write(rowcount, MARK_DELIVERED, params) == 1
 
-    async def purge_response(self, *, request_id: str, tenant_id: str) -> bool:
-        """Shred a held sensitive answer; False when there was none (deleted already)."""
-        return await self._write(rowcount, PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
+    async def purge_response(self, conn: StoreConnection, *, request_id: str, tenant_id: str) -> bool:
+        """Shred a held sensitive answer in the caller's transaction (which journals it); False when there
+        was none (deleted already)."""
+        return await conn.run(rowcount, PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
 
     # -- journal (core/store/journal.py) ---------------------------------------
 
