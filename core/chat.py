@@ -199,6 +199,14 @@ class ChatConnector(Connector[RoutedT]):
             return direct
         return places + [t for t in direct if t not in places]
 
+    def fallback_targets(self, request: RequestView) -> list[str]:
+        """``direct``: an assigned request posted only in its people's DMs goes to the tenant's places when
+        not one of those DMs could be posted (blocked bot, unknown user), so that somebody sees it."""
+        if getattr(self.settings, "assigned_delivery", "room") != "direct" or request.assign_to is None:
+            return []
+        chosen = self.targets_for(request)
+        return [place for place in self.targets(request.tenant_id) if place not in chosen]
+
     def people_reached(self, request: RequestView) -> list[str]:
         """The people a request is meant to reach directly: its assignment (grown by any escalation step
         reached), or for an unassigned one the people of the steps it reached."""

@@ -36,6 +36,11 @@ class Connector(Channel[SettingsT]):
         the people a request is assigned to directly (a DM), those too (``ChatConnector``)."""
         return self.targets(request.tenant_id)
 
+    def fallback_targets(self, request: RequestView) -> list[str]:
+        """Where ``request`` goes instead when none of ``targets_for`` could be posted to (the dispatcher
+        decides; ``ChatConnector`` falls back from people's DMs to the tenant's places). None here."""
+        return []
+
     def may_answer(self, tenant_id: str, user_id: str) -> bool:
         """Whether a messenger user may answer this tenant's requests (the allowlist)."""
         return False

@@ -218,13 +218,45 @@ class Dispatcher(Recovery):
             if not targets:
                 log.debug("channel serves no target for this tenant",
                           extra={"request_id": request_id, "channel": channel, "tenant_id": tenant_id})
-            for target in targets:
-                delivery = await self.deliveries.open(tenant_id=tenant_id, request_id=request_id, channel=channel,
-                                                      target=target)
+            opened = [await self.deliveries.open(tenant_id=tenant_id, request_id=request_id, channel=channel,
+                                                 target=target) for target in targets]
+            fallback = connector.fallback_targets(view)
+            if fallback and opened:
+                self._spawn(request_id, self._deliver_or_fall_back(connector, view, opened, fallback))
+                continue
+            for delivery in opened:
                 self._spawn(request_id, self._deliver_one(connector, view, delivery))
 
+    async def _deliver_or_fall_back(self, connector: Connector, view: RequestView, deliveries: list[Delivery],
+                                    fallback: list[str]) -> None:
+        """Deliver to ``deliveries`` (people's DMs); when not one of them could be posted, to ``fallback``."""
+        sent = await asyncio.gather(*(self._deliver_one(connector, view, d) for d in deliveries))
+        if not any(sent):
+            await self._fall_back(connector, view, [d.target for d in deliveries], fallback)
+
+    async def _fall_back(self, connector: Connector, view: RequestView, failed: list[str],
+                         fallback: list[str]) -> None:
+        """Post a still-pending request to ``fallback`` because every delivery to ``failed`` failed for good;
+        each new delivery journals ``delivery_fallback`` (what it stands in for) as it is opened."""
+        try:
+            current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        except NotFoundError:
+            return
+        if current.terminal:
+            return
+        log.warning("no direct delivery succeeded: posting to the tenant's places instead",
+                    extra={"request_id": view.id, "channel": connector.name, "failed": len(failed)})
+        for target in fallback:
+            delivery = await self.deliveries.open(tenant_id=view.tenant_id, request_id=view.id,
+                                                  channel=connector.name, target=target)
+            await self.deliveries.record(delivery, event="delivery_fallback", run_id=view.run_id,
+                                         data={"instead_of": failed})
+            self._spawn(view.id, self._deliver_one(connector, current, delivery))
+
     async def _deliver_one(self, connector: Connector, view: RequestView, delivery: Delivery,
-                           *, first_attempt: int = 1) -> None:
+                           *, first_attempt: int = 1) -> bool:
+        """Post the request to the delivery's target; True once it is posted (False: failed for good, or
+        the request ended first)."""
         shown: list[int] = []
 
         async def send(current: RequestView) -> dict[str, Any]:
@@ -233,12 +265,12 @@ class Dispatcher(Recovery):
 
         sent = await self._send(view, delivery, send=send, first_attempt=first_attempt, while_pending=True)
         if sent is None:
-            return
+            return False
         # Resolved while we were sending: the withdraw pass may have missed this message.
         after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
         if after.terminal:
             await self._withdraw_one(connector, after, delivery, sent)
-            return
+            return True
         if shown and after.votes_version != shown[-1]:
             # A vote came in while we were posting: the message shows an older tally.
             await self._show_votes_one(connector, after, delivery, sent)
@@ -246,6 +278,7 @@ class Dispatcher(Recovery):
         # A request with reminders of its own is pinged on its schedule instead (core/escalation.py).
         if remind_after and not (after.schedule is not None and after.schedule.reminds):
             self._schedule_reminder(connector, after, delivery, remind_after)
+        return True
 
     async def _send(self, view: RequestView, delivery: Delivery, *,
                     send: Callable[[RequestView], Awaitable[dict[str, Any] | None]], first_attempt: int,

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 from handraise.core import callbacks
 
 if TYPE_CHECKING:
+    from handraise.core.api import RequestView
+    from handraise.core.connectors import Connector
+    from handraise.core.deliveries import DeliveryRecord
     from handraise.core.dispatch import Dispatcher
 
 log = logging.getLogger("handraise.core.dispatch")
@@ -92,10 +95,29 @@ class Recovery:
                             if overdue:
                                 self._spawn(view.id, self._remind_one(connector, view, row))
                                 resumed += 1
+                    resumed += await self._recover_fallback(connector, view, rows, alone=alone, stale=stale, now=now)
         resumed += await self._recover_callbacks(alone=alone, stale=stale, now=now)
         if resumed:
             log.info("deliveries resumed", extra={"count": resumed})
         return resumed
+
+    async def _recover_fallback(self: Dispatcher, connector: Connector, view: RequestView,
+                                rows: dict[tuple[str, str], DeliveryRecord], *, alone: bool, stale: float,
+                                now: float) -> int:
+        """A request whose every direct delivery failed for good, with no delivery to its fallback places
+        yet (an instance stopped between the two): the fallback is made now."""
+        fallback = connector.fallback_targets(view)
+        if not fallback or any((connector.name, place) in rows for place in fallback):
+            return 0
+        failed = [rows.get((connector.name, t)) for t in connector.targets_for(view)]
+        if not failed or any(row is None or row.status != "failed" for row in failed):
+            return 0
+        latest = max(row.updated_at for row in failed if row is not None)
+        if (latest >= self._started_at) if alone else (now - latest < stale):
+            return 0  # the instance that saw the last one fail may be falling back right now
+        direct = [row.target for row in failed if row is not None]
+        await self._fall_back(connector, view, direct, fallback)
+        return 1
 
     async def _recover_callbacks(self: Dispatcher, *, alone: bool, stale: float, now: float) -> int:
         """Callbacks of terminal requests that no live instance is sending: resumed from their last attempt."""

@@ -223,3 +223,78 @@ async def test_a_tenant_without_a_channel_needs_direct_delivery(tmp_path: Path, 
     with pytest.raises(ConfigError, match="acme have no channel"):
         async with people_slack(tmp_path, fake, assigned_delivery="room", roomless=True):
             pass
+
+
+# -- direct delivery that reaches nobody: the tenant's channel instead ---------------------------
+
+
+async def _journal(api: Api, request_id: str) -> list[dict[str, Any]]:
+    return await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=request_id)
+
+
+async def test_a_direct_only_request_whose_dms_all_fail_goes_to_the_channel_and_says_so(
+        tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake, assigned_delivery="direct") as api:
+        fake.fail_next("chat.postMessage", error="channel_not_found")  # Alice's DM: refused for good
+        req = await api.create(request_body("fb-1", kind="approval", assign_to=["alice"]))
+        message = await posted_message(fake, req)  # in the channel after all
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "sent"), (ALICE, "failed")]
+        events = [(e["event"], e["data"].get("target")) for e in await _journal(api, req["id"])]
+        assert events.index(("delivery_failed", ALICE)) < events.index(("delivery_fallback", ACME_CHANNEL)) \
+            < events.index(("delivered", ACME_CHANNEL))
+        fallback = next(e for e in await _journal(api, req["id"]) if e["event"] == "delivery_fallback")
+        assert fallback["data"] == {"target": ACME_CHANNEL, "instead_of": [ALICE]}
+        # Still Alice's request: Bob may not answer it in the channel, Alice may.
+        assert (await post_signed(api, tap(fake, message, "Approve", user=BOB)))[0] == 200
+        await fake.wait_for_call("chat.postEphemeral", lambda c: c.get("user") == BOB)
+        assert (await post_signed(api, tap(fake, message, "Approve", user=ALICE)))[0] == 200
+        assert (await api.wait(req["id"]))["answered_by"].endswith(f"/{ALICE}")
+
+
+async def test_one_dm_that_reaches_its_person_is_enough(tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake, assigned_delivery="direct") as api:
+        fake.fail_next("chat.postMessage", error="channel_not_found")  # one of the two DMs
+        req = await api.create(request_body("fb-2", kind="approval", assign_to=["alice", "bob"]))
+        rows = await deliveries(api, req["id"])
+        assert sorted(status for _, status in rows) == ["failed", "sent"]
+        assert {t for t, _ in rows} == {ALICE, BOB}
+        assert not [e for e in await _journal(api, req["id"]) if e["event"] == "delivery_fallback"]
+        assert not [c for c in fake.calls_of("chat.postMessage") if c.get("channel") == ACME_CHANNEL]
+
+
+async def test_no_fallback_for_a_request_that_ended_while_its_dm_was_failing(tmp_path: Path, fake: FakeSlack) -> None:
+    async with people_slack(tmp_path, fake, assigned_delivery="direct") as api:
+        fake.fail_next("chat.postMessage", status=500, count=1000)  # retried with backoff, never posted
+        req = await api.create(request_body("fb-3", kind="approval", assign_to=["alice"]))
+        await fake.wait_for_call("chat.postMessage", lambda c: c.get("channel") == ALICE)
+        assert (await api.call("POST", f"/v1/requests/{req['id']}/cancel"))[0] == 200
+        await api.app[DISPATCHER].idle()
+        assert not [e for e in await _journal(api, req["id"]) if e["event"] == "delivery_fallback"]
+        assert not [c for c in fake.calls_of("chat.postMessage") if c.get("channel") == ACME_CHANNEL]
+
+
+async def test_the_recovery_pass_makes_a_fallback_an_instance_stopped_before(
+        tmp_path: Path, fake: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    async with people_slack(tmp_path, fake, assigned_delivery="direct") as api:
+        dispatcher, service = api.app[DISPATCHER], api.app[SERVICE]
+        stopped: list[str] = []
+
+        async def stops_first(connector: Any, view: Any, failed: list[str], fallback: list[str]) -> None:
+            stopped.append(view.id)  # the instance went away between the failed DM and its fallback
+
+        monkeypatch.setattr(dispatcher, "_fall_back", stops_first)
+        fake.fail_next("chat.postMessage", error="channel_not_found")
+        req = await api.create({**request_body("fb-4", kind="approval", assign_to=["alice"]), "timeout_seconds": 3600})
+        assert await deliveries(api, req["id"]) == [(ALICE, "failed")]
+        assert stopped == [req["id"]]
+        monkeypatch.undo()
+        # Another instance's recovery pass, once the failure is older than a live instance's horizon.
+        assert await dispatcher.recover() == 0  # too fresh: its own instance may be falling back
+        later = 2 * dispatcher.backoff_cap + 31
+        service.clock = lambda: time.time() + later
+        assert await dispatcher.recover() == 1
+        await posted_message(fake, req)
+        assert await deliveries(api, req["id"]) == [(ACME_CHANNEL, "sent"), (ALICE, "failed")]
+        assert await dispatcher.recover() == 0  # made once
