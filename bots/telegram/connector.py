@@ -106,6 +106,7 @@ class TelegramConnector(TelegramInbound):
         try:
             # The short form joined the tenants after validation: check one tenant per chat again.
             settings._one_tenant_per_place()
+            settings.check_reachable()
         except ValueError as e:
             raise ConfigError(f"telegram.tenants: {e}") from None
         settings.check_tenants(app_settings, section=cls.name)

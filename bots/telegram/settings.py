@@ -16,7 +16,9 @@ class TelegramTenantSettings(TenantRoute):
 
     raw_id = re.compile(r"-?[0-9]+")
 
-    chat_ids: list[int] = Field(min_length=1)
+    # Empty: the tenant's requests reach only the private chats of the people they are assigned to
+    # (``assigned_delivery`` "direct" or "room_and_direct").
+    chat_ids: list[int] = Field(default_factory=list)
     # User ids, or the tenant's people and groups by name ("alice", "group:oncall").
     allowed_user_ids: list[int | PersonRef] = Field(min_length=1)
 
@@ -79,3 +81,11 @@ class TelegramSettings(RoutedSettings):
             raise ValueError("base_url must start with http:// or https://")
         self.base_url = self.base_url.rstrip("/")
         return self
+
+    def check_reachable(self) -> None:
+        """With ``assigned_delivery = "room"`` a tenant without chats would be reached nowhere."""
+        if self.assigned_delivery == "room":
+            chatless = [t for t, route in self.tenants.items() if not route.chat_ids]
+            if chatless:
+                raise ValueError(f"tenants {', '.join(chatless)} have no chat_ids: with assigned_delivery = "
+                                 '"room" nothing would reach them (name a chat, or use "direct")')

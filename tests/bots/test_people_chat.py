@@ -7,10 +7,12 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conftest import Api, base_config
+import pytest
 
+from conftest import Api, base_config
 from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
 from handraise.core.deliveries import DeliveryRecord
+from handraise.core.errors import ConfigError
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import ALLOWED, CHAT, GLOBEX_CHAT, GLOBEX_USER, STRANGER, TelegramDriver
 from tests.bots.test_telegram import ask as telegram_ask
@@ -24,7 +26,12 @@ GUS = {"id": "gus", "name": "Gus", "telegram": GLOBEX_USER}
 
 
 class PeopleTelegramDriver(TelegramDriver):
-    """Acme's allowlist names its people by group; globex's by name."""
+    """Acme's allowlist names its people by group; globex's by name. ``acme_chats``: acme's group
+    chats (none: acme is reached only in its people's private chats)."""
+
+    def __init__(self, *, acme_chats: tuple[int, ...] = (CHAT,), **overrides: Any) -> None:
+        super().__init__(**overrides)
+        self.acme_chats = list(acme_chats)
 
     async def start(self) -> None:
         await super().start()
@@ -35,14 +42,14 @@ class PeopleTelegramDriver(TelegramDriver):
         tenants[0]["people"] = [ALICE, BOB]
         tenants[1]["people"] = [GUS]
         section = super().config()["telegram"]
-        section["tenants"] = {"acme": {"chat_ids": [CHAT], "allowed_user_ids": ["group:oncall"]},
+        section["tenants"] = {"acme": {"chat_ids": self.acme_chats, "allowed_user_ids": ["group:oncall"]},
                               "globex": {"chat_ids": [GLOBEX_CHAT], "allowed_user_ids": ["gus"]}}
         return {"telegram": section, "tenants": tenants}
 
 
 @contextlib.asynccontextmanager
-async def telegram(sqlite_url: str) -> AsyncIterator[tuple[TelegramDriver, Api]]:
-    driver = PeopleTelegramDriver()
+async def telegram(sqlite_url: str, **options: Any) -> AsyncIterator[tuple[TelegramDriver, Api]]:
+    driver = PeopleTelegramDriver(**options)
     async with driver.running(sqlite_url) as api:
         yield driver, api
 
@@ -158,3 +165,47 @@ async def test_telegram_escalation_reaches_the_steps_people_who_may_then_answer(
         await driver.callback_answer(await driver.press(private, "approve", user_id=BOB_TG))
         assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{BOB_TG}"
         await driver.assert_withdrawn(private, "Approved by Bob Builder via Telegram")
+
+
+async def _targets(api: Api, request_id: str) -> dict[str, DeliveryRecord]:
+    await api.app[DISPATCHER].idle()
+    return {r.target: r for r in await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id)}
+
+
+async def test_telegram_direct_falls_back_to_the_group_when_no_private_chat_takes_it(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, assigned_delivery="direct") as (driver, api):
+        driver.tg.started.add(ALLOWED)  # Alice started the bot, Bob never did
+        mine = await api.create(ask("fb-a", assign_to=["alice"]))
+        assert {t: r.status for t, r in (await _targets(api, mine["id"])).items()} == {str(ALLOWED): "sent"}
+        bobs = await api.create(ask("fb-b", assign_to=["bob"]))
+        rows = await _targets(api, bobs["id"])
+        # Telegram refused the private chat for good: the group gets it, and the journal says why.
+        assert {t: r.status for t, r in rows.items()} == {str(BOB_TG): "failed", str(CHAT): "sent"}
+        fallback = [e for e in await api.journal(bobs["id"]) if e["event"] == "delivery_fallback"]
+        assert [e["data"] for e in fallback] == [{"target": str(CHAT), "instead_of": [str(BOB_TG)]}]
+        group = Posted(request_id=bobs["id"], target=str(CHAT), ref=rows[str(CHAT)].ref)
+        await driver.assert_refused(await driver.press(group, "approve"))  # still Bob's request
+        await driver.callback_answer(await driver.press(group, "approve", user_id=BOB_TG))
+        assert (await api.wait(bobs["id"]))["answered_by"] == f"telegram:{BOB_TG}"
+
+
+async def test_a_telegram_tenant_without_a_group_is_reached_in_private_chats_only(sqlite_url: str) -> None:
+    async with telegram(sqlite_url, acme_chats=(), assigned_delivery="direct") as (driver, api):
+        driver.tg.started.add(ALLOWED)
+        request = await api.create(ask("pc-1", assign_to=["alice"]))
+        rows = await _targets(api, request["id"])
+        assert {t: r.status for t, r in rows.items()} == {str(ALLOWED): "sent"}
+        private = Posted(request_id=request["id"], target=str(ALLOWED), ref=rows[str(ALLOWED)].ref)
+        await driver.callback_answer(await driver.press(private, "approve"))
+        assert (await api.wait(request["id"]))["answered_by"] == f"telegram:{ALLOWED}"
+        await driver.assert_withdrawn(private, "Approved by Alice Example via Telegram")
+        # Nobody to reach: an unassigned request is taken and posted nowhere in Telegram.
+        unassigned = await api.create(ask("pc-2"))
+        assert await _targets(api, unassigned["id"]) == {}
+        assert not [e for e in await api.journal(unassigned["id"]) if e["event"] == "delivery_fallback"]
+
+
+async def test_a_telegram_tenant_without_a_group_needs_direct_delivery(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError, match='tenants acme have no chat_ids: with assigned_delivery = "room"'):
+        async with telegram(sqlite_url, acme_chats=(), assigned_delivery="room"):
+            pass
