@@ -1,6 +1,9 @@
-"""Faults of issue 19 on the real PostgreSQL server: an instance killed with -9, a network stall to the
-database. Each ends with one answer, the one that won, in the agent's hands, and a journal that verifies.
-(bench/faults.py runs the same under load with three instances, and a restart of PostgreSQL.)"""
+"""Faults of issue 19 on PostgreSQL: an instance killed with -9, a network stall to the database, the
+database restarted. Each ends with one answer, the one that won, in the agent's hands, and a journal that
+verifies. (bench/faults.py runs the same under load with three instances.)
+
+What stops or restarts a server runs on a private throwaway cluster (tests/harness/pgcluster.py, the
+``private_pg`` fixture), never on the machine's shared server: other engineers' runs use that one."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,13 +26,25 @@ import asyncpg
 import pytest
 from harness.live import AGENT_KEY as LIVE_AGENT_KEY
 from harness.live import OPERATOR_KEY as LIVE_OPERATOR_KEY
+from harness.fixtures import skip_or_fail
 from harness.live import free_port, write_config
+from harness.pgcluster import PgCluster, missing_reason
 from harness.pgproxy import StallableProxy
 
-from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings_from
+from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings_from, until
 from handraise.core.appkeys import SERVICE, STORE
 
 STALL_SECONDS = 2.0
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PgCluster]:
+    """A PostgreSQL cluster of this test's own, free to stop and restart (removed afterwards)."""
+    reason = missing_reason()
+    if reason is not None:
+        skip_or_fail(f"no private PostgreSQL cluster: {reason}")
+    with PgCluster.create() as cluster:
+        yield cluster
 
 
 def body(uid: str) -> dict[str, Any]:
@@ -215,3 +230,46 @@ async def test_postgresql_dropping_and_refusing_connections_is_503_then_every_in
         assert got["status"] == "answered" and got["response"] == "after"
         assert await answered_entries(pg_url, req["id"]) == 1
         assert await a.app[STORE].verify_journal() == []
+
+
+async def _until_status(call: Any, ok: int, *, within: float, what: str) -> Any:
+    """Repeat ``call()`` (a (status, body) coroutine) while it answers 503 ``unavailable``, as clients do."""
+    deadline = time.monotonic() + within
+    while True:
+        status, data = await call()
+        if status == ok:
+            return data
+        assert status == 503 and data["error"] == "unavailable", (what, status, data)
+        assert time.monotonic() < deadline, f"{what}: still {status} after {within} s"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_restart_of_postgresql_loses_nothing_and_a_waiter_parked_throughout_is_woken(
+        private_pg: PgCluster) -> None:
+    """``pg_ctl restart`` (fast: every session ends) of the database two instances share: afterwards both
+    serve, an agent parked on one throughout is woken by an answer given through the other, the answer
+    is stored once and the journal verifies."""
+    url = await asyncio.to_thread(private_pg.create_database, "handraise")
+    async with running_app(settings_from(base_config(url))) as a, running_app(settings_from(base_config(url))) as b:
+        req = await a.create(body("restart-2"))
+
+        async def agent_waits_on_a() -> dict[str, Any]:
+            return await _until_status(lambda: a.call("GET", f"/v1/requests/{req['id']}/wait",
+                                                      params={"timeout": "60"}), 200, within=60, what="wait")
+
+        waiting = asyncio.ensure_future(agent_waits_on_a())
+        await until(lambda: bool(a.app[SERVICE].waiting), what="the wait parked")
+        await asyncio.to_thread(private_pg.restart)
+        assert not waiting.done(), "a parked wait outlives the restart"
+        await _until_status(lambda: b.submit("restart-2", "after"), 200, within=30, what="submit through b")
+        got = await asyncio.wait_for(waiting, 30)
+        assert got["status"] == "answered" and got["response"] == "after"
+        assert (await a.submit("restart-2", "again"))[0] == 409
+        assert await answered_entries(url, req["id"]) == 1
+        assert await a.app[STORE].verify_journal() == []
+        # New work after the restart, on both (a write's first use of a pooled connection the restart
+        # closed may still be one 503, which clients retry).
+        req2 = await _until_status(lambda: b.call("POST", "/v1/requests", json=body("restart-3")), 201, within=10,
+                                   what="create through b")
+        await _until_status(lambda: a.submit("restart-3", "fine"), 200, within=10, what="submit through a")
+        assert (await b.wait(req2["id"]))["response"] == "fine"
