@@ -408,9 +408,14 @@ class AnnotationService:
         ]
         out: dict[str, Any] = {"format": "handraise.run-bundle/1", "run_id": run_id,
                                "exported_at": iso(self.clock())}
+        annotations: list[dict[str, Any]] = []
         if self.enabled:
             # Stored already redacted; redacting again costs little and covers rows written before a fix.
-            out["annotations"] = [redact_value(a) for a in await self.all_for_run(tenant_id=tenant_id, run_id=run_id)]
+            annotations = [redact_value(a) for a in await self.all_for_run(tenant_id=tenant_id, run_id=run_id)]
+            out["annotations"] = annotations
+        if not (requests or journal or annotations) and await self.store.runs.get(tenant_id, run_id) is None:
+            # Nothing of this tenant's names the run (another tenant's reads the same): 404, as GET /v1/runs/{id}.
+            raise NotFoundError(f"no run {run_id!r}")
         out["requests"] = requests
         out["journal"] = journal
         return out

@@ -253,7 +253,7 @@ PATHS: dict[str, dict[str, Any]] = {
         errors=(400, 401, 403, 404))},
     "/v1/runs/{runId}/bundle": {"get": _op(
         "Debug bundle of a run: annotations, requests and journal entries, redacted", scopes=["read"],
-        params=[_RUN], ok={"200": _json({"type": "object"}, "The bundle")}, errors=(401, 403, 422))},
+        params=[_RUN], ok={"200": _json({"type": "object"}, "The bundle")}, errors=(401, 403, 404, 422))},
 }
 
 

@@ -20,6 +20,7 @@ from conftest import (
     READER_KEY,
     Api,
     base_config,
+    question,
     running_app,
     settings_from,
 )
@@ -215,6 +216,12 @@ async def test_tenant_b_can_neither_read_nor_stream_nor_reference_tenant_a_annot
         assert status == 200 and summary["counts"] == {"rating": 0, "correction": 0, "label": 0, "flag": 1}
         status, bundle = await api.call("GET", "/v1/runs/run-shared/bundle", key=OTHER_READER_KEY)
         assert status == 200 and [a["annotationId"] for a in bundle["annotations"]] == [theirs["annotationId"]]
+        # A run only another tenant names reads as one that does not exist.
+        status, _ = await annotate(api, "run-globex-only", {"signal": {"kind": "rating", "rating": 2}},
+                                   key=OTHER_READER_KEY)
+        assert status == 201
+        status, error = await api.call("GET", "/v1/runs/run-globex-only/bundle", key=READER_KEY)
+        assert (status, error["error"]) == (404, "not_found")
 
 
 async def test_an_annotation_recorded_on_one_instance_streams_from_another(pg_url: str) -> None:
@@ -322,4 +329,8 @@ async def test_feedback_off_answers_501_and_advertises_unsupported(storage_url: 
         assert await api.app[STORE].query_annotations("acme") == []
         # The run bundle still exports requests and journal, without an annotations member.
         status, bundle = await api.call("GET", "/v1/runs/run-1/bundle", key=OPERATOR_KEY)
-        assert status == 200 and "annotations" not in bundle and bundle["requests"] == []
+        assert status == 404  # nothing names run-1 yet
+        asked = await api.create(question("off-1", run_id="run-1"))
+        status, bundle = await api.call("GET", "/v1/runs/run-1/bundle", key=OPERATOR_KEY)
+        assert status == 200 and "annotations" not in bundle
+        assert [r["id"] for r in bundle["requests"]] == [asked["id"]] and bundle["journal"]

@@ -148,8 +148,14 @@ async def test_summary_and_bundle_scopes(sqlite_api: Api) -> None:
     status, _ = await sqlite_api.call("GET", "/v1/runs/run-1/bundle", key=AGENT_KEY)
     assert status == 403
     for key in (READER_KEY, OPERATOR_KEY, ANNOTATOR_KEY):
+        # A run nothing names (no request, journal entry, annotation or run record): 404, as GET /v1/runs/{id}.
+        status, error = await sqlite_api.call("GET", "/v1/runs/run-1/bundle", key=key)
+        assert (status, error["error"]) == (404, "not_found")
+    await sqlite_api.call("POST", "/v1/runs/run-1/annotations", key=ANNOTATOR_KEY,
+                          json={"signal": {"kind": "rating", "rating": 4}})
+    for key in (READER_KEY, OPERATOR_KEY, ANNOTATOR_KEY):
         status, bundle = await sqlite_api.call("GET", "/v1/runs/run-1/bundle", key=key)
-        assert status == 200 and bundle["annotations"] == [] and bundle["journal"] == []
+        assert status == 200 and len(bundle["annotations"]) == 1 and bundle["requests"] == [], bundle
 
 
 # -- the door connectors use ----------------------------------------------------------------------
