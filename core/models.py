@@ -299,6 +299,7 @@ class InboxSigninRow(SQLModel, table=True):
     """A one-time sign-in link to the operator inbox: only its token's sha256 is kept."""
 
     __tablename__ = "inbox_signins"
+    __table_args__ = (Index("ix_inbox_signins_expires", "expires_at"),)
 
     id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=64)
@@ -317,6 +318,7 @@ class InboxSessionRow(SQLModel, table=True):
     """A signed-in browser: the cookie holds a random token, the store its sha256 and both expiries."""
 
     __tablename__ = "inbox_sessions"
+    __table_args__ = (Index("ix_inbox_sessions_expires", "expires_at"),)
 
     id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=64)

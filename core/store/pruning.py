@@ -1,5 +1,6 @@
 """Pruning: what a finished request leaves behind (chat button tokens, chat message refs, one-time links,
-connector state about it) is deleted once it is older than the retention, by the sweeper.
+connector state about it), and the inbox's expired sign-in links and sessions, are deleted once older
+than the retention, by the sweeper.
 
 A row goes when it is older than the cut-off and its request is not pending; a pending request's rows
 stay whatever their age. Each table is read through an index on the row's age (migration 0008), so a
@@ -14,7 +15,15 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, select, tuple_
 from sqlalchemy.engine import Connection
 
-from handraise.core.models import ChatActionRow, LinkRow, MessageRefRow, RequestRow, StateRow
+from handraise.core.models import (
+    ChatActionRow,
+    InboxSessionRow,
+    InboxSigninRow,
+    LinkRow,
+    MessageRefRow,
+    RequestRow,
+    StateRow,
+)
 
 requests_t = RequestRow.__table__
 
@@ -28,6 +37,13 @@ def _prune(table: Any, age: Any, *conditions: Any) -> Any:
     return delete(table).where(target.in_(old))
 
 
+def _prune_expired(table: Any) -> Any:
+    """Rows that expired before the cut-off (the inbox's sign-in links and sessions: about no request)."""
+    old = (select(table.c.id).where(table.c.expires_at < bindparam("before"))
+           .order_by(table.c.expires_at).limit(bindparam("limit")))
+    return delete(table).where(table.c.id.in_(old))
+
+
 def _statements() -> dict[str, Any]:
     chat_actions, message_refs = ChatActionRow.__table__, MessageRefRow.__table__
     links, state = LinkRow.__table__, StateRow.__table__
@@ -37,6 +53,9 @@ def _statements() -> dict[str, Any]:
         "links": _prune(links, links.c.created_at),
         # Only state about one request: a sync position or the server secret has no request_id.
         "kv_state": _prune(state, state.c.updated_at, state.c.request_id.is_not(None)),
+        # An inbox sign-in link, used or not, and a session, ended or not, once past their absolute end.
+        "inbox_signins": _prune_expired(InboxSigninRow.__table__),
+        "inbox_sessions": _prune_expired(InboxSessionRow.__table__),
     }
 
 

@@ -10,9 +10,12 @@ from typing import Any
 
 from conftest import Api, base_config, running_app, settings_from
 
-from handraise.core.appkeys import SERVICE, STORE
+from sqlalchemy import text
+
+from handraise.core.appkeys import INBOX, SERVICE, STORE
 from handraise.core.chatrefs import ChatRefs
 from handraise.core.errors import NotFoundError
+from handraise.core.store.units import scalar
 
 
 def chat_refs(api: Api) -> ChatRefs:
@@ -71,7 +74,8 @@ async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: 
         # Past it: the finished request's rows go, the pending one's stay, whatever their age.
         service.clock = lambda: time.time() + 8 * 86400
         pruned = await service.prune_spent(force=True)
-        assert pruned == {"chat_actions": 1, "message_refs": 1, "links": 1, "kv_state": 1}
+        assert pruned == {"chat_actions": 1, "message_refs": 1, "links": 1, "kv_state": 1, "inbox_signins": 0,
+                          "inbox_sessions": 0}
         assert await traces_left(api, done) == NONE
         assert await traces_left(api, live) == ALL
         assert await api.app[STORE].state.get("telegram.sync", "position") == "42"
@@ -109,7 +113,38 @@ async def test_pruning_reads_through_the_age_indexes(tmp_path: Any) -> None:
             params = [given[k] if given.get(k) is not None else 0 for k in compiled.positiontup or []]
             plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + str(compiled), params))
             index = {"chat_actions": "ix_chat_actions_created", "message_refs": "ix_message_refs_created",
-                     "links": "ix_links_created", "kv_state": "ix_kv_state_request_updated"}[name]
+                     "links": "ix_links_created", "kv_state": "ix_kv_state_request_updated",
+                     "inbox_signins": "ix_inbox_signins_expires", "inbox_sessions": "ix_inbox_sessions_expires"}[name]
             assert index in plan, (name, plan)
     finally:
         conn.close()
+
+
+async def test_expired_inbox_sign_ins_and_sessions_go_after_the_retention(storage_url: str) -> None:
+    async with running_app(settings_from(base_config(storage_url))) as api:
+        inbox, service, store = api.app[INBOX], api.app[SERVICE], api.app[STORE]
+        used = await inbox.mint(tenant_id="acme", name="olga", created_by="key:test")
+        token, session = await inbox.redeem(used.url.rsplit("/", 1)[1])
+        unused = await inbox.mint(tenant_id="acme", name="piotr", created_by="key:test")
+        retention = api.app[SERVICE].settings.limits.spent_retention_seconds
+
+        async def counts() -> tuple[int, int]:
+            async with store.reader() as conn:
+                return (await conn.run(scalar, text("SELECT count(*) FROM inbox_signins")),
+                        await conn.run(scalar, text("SELECT count(*) FROM inbox_sessions")))
+
+        # The sign-in links' ends pass first: they go, the live session stays (it no longer needs its link).
+        service.clock = lambda: unused.expires_at + retention + 1
+        pruned = await service.prune_spent(force=True)
+        assert (pruned["inbox_signins"], pruned["inbox_sessions"]) == (2, 0)
+        assert await counts() == (0, 1)
+        inbox.clock = lambda: session.created_at + 60
+        assert (await inbox.session(token)) is not None
+        # Past the session's absolute end and the retention: it goes too, and its cookie names nobody.
+        service.clock = lambda: session.expires_at + retention + 1
+        assert (await service.prune_spent(force=True))["inbox_sessions"] == 1
+        assert await counts() == (0, 0)
+        assert await inbox.session(token) is None
+        # The journal keeps what happened.
+        events = [e.event for e in await store.journal.entries(tenant_id="acme")]
+        assert events.count("inbox_link_minted") == 2 and "inbox_signed_in" in events
