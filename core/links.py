@@ -39,7 +39,8 @@ class LinkDoors:
     async def link_opened(self: RequestService, *, link: LinkView, view: RequestView) -> None:
         """A person opened the request's hosted form: the first open is journaled and shown on the request.
 
-        Link previews (a chat's unfurler, a mail scanner) fetch links too and count as opens.
+        The web channel does not call it for a link preview's fetch (a chat's unfurler, a mail scanner, a
+        prefetch: webforms/previews.py).
         """
         if view.opened_at is not None or view.terminal:
             return

@@ -29,6 +29,7 @@ from handraise.core.schema import FieldError
 from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
 from handraise.webforms.looks import TenantLooks, Theme, build_theme
 from handraise.webforms.pages import STATIC_ROUTE, FormPage, Pages, Receipt, page_response
+from handraise.webforms.previews import is_preview
 from handraise.webforms.render import (
     CSRF_FIELD,
     ENGLISH,
@@ -125,7 +126,8 @@ class WebFormsChannel(Channel[WebFormsSettings]):
             link, view = await self.service.open_link(token)
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
-        await self.service.link_opened(link=link, view=view)
+        if not is_preview(request):  # an unfurler's fetch is not a person opening the form
+            await self.service.link_opened(link=link, view=view)
         if not self.service.may_answer(view, link.answers_as):
             # Assigned to other people: say so before anyone fills anything in (submit refuses too).
             return self._outcome("not_assigned", request, view=view)

@@ -260,6 +260,31 @@ async def test_get_decides_nothing(web: Api) -> None:
     assert page.status == 200
 
 
+@pytest.mark.parametrize("headers", [
+    {"User-Agent": "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"},
+    {"User-Agent": "TelegramBot (like TwitterBot)"},
+    {"User-Agent": "Mozilla/5.0 (compatible; Discordbot/2.0; +https://discordapp.com)"},
+    {"User-Agent": "facebookexternalhit/1.1;line-poker/1.0"},
+    {"User-Agent": "WhatsApp/2.23.20.0 A"},
+    {"User-Agent": "Synapse (bot; +https://github.com/matrix-org/synapse)"},
+    {"User-Agent": "Mozilla/5.0 (Windows NT 10.0; Win64; x64) SkypeUriPreview Preview/0.5"},
+    {"User-Agent": ""},
+    {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0", "Sec-Purpose": "prefetch;prerender"},
+])
+async def test_a_link_preview_gets_the_page_but_is_not_an_open(web: Api, headers: dict[str, str]) -> None:
+    request = await ask(web, {"type": "string"})
+    path = await mint(web, request["id"])
+    page = await fetch(web, path, headers=headers)
+    assert page.status == 200 and "<form" in page.html
+    assert (await fetch(web, path, method="HEAD")).status == 200
+    assert "opened_at" not in await state(web, request["id"])
+    assert "opened" not in [e["event"] for e in await web.journal(request["id"])]
+    # The person who then follows the link opens it.
+    person = {"User-Agent": "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"}
+    assert (await fetch(web, path, headers=person)).status == 200
+    assert (await state(web, request["id"]))["opened_at"]
+
+
 @pytest.mark.parametrize("token", ["A" * 43, "nope", "x" * 300])
 async def test_an_unknown_link_is_404_with_a_plain_page(web: Api, token: str) -> None:
     for method in ("GET", "POST"):
