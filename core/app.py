@@ -76,7 +76,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app[ADMISSION] = admission
     instance_id = instance_id or secrets.token_hex(6)
     store = Store(url=settings.storage.url, secret=_server_secret(settings), pool_size=settings.storage.pool_size,
-                  instance_id=instance_id)
+                  instance_id=instance_id, connect_timeout=settings.storage.connect_timeout_seconds)
     bus = EventBus(instance_id=instance_id)
     service = RequestService(settings=settings, store=store, bus=bus)
     http = ClientSession(timeout=ClientTimeout(total=30))
@@ -174,7 +174,8 @@ def _server_secret(settings: Settings) -> ServerSecret:
 async def open_store(settings: Settings, store: Store | None = None) -> Store:
     """Open (and migrate) the store, or raise UnavailableError in one line naming storage.url and the fix."""
     store = store or Store(url=settings.storage.url, secret=_server_secret(settings),
-                           pool_size=settings.storage.pool_size)
+                           pool_size=settings.storage.pool_size,
+                           connect_timeout=settings.storage.connect_timeout_seconds)
     where, shown = _storage_names(settings)
     try:
         if store.is_postgres:
@@ -225,9 +226,12 @@ async def _listener_ctx(app: web.Application) -> AsyncIterator[None]:
     service = app[SERVICE]
 
     async def resync() -> None:
+        # The listener's connection was lost, so were the pools' (a restart): replace them before they fail a call.
+        store.invalidate_pools()
         service.wake_all()
 
-    listener = PostgresListener(dsn=store.asyncpg_dsn(), channel=NOTIFY_CHANNEL, bus=app[BUS], on_reconnect=resync)
+    listener = PostgresListener(dsn=store.asyncpg_dsn(), channel=NOTIFY_CHANNEL, bus=app[BUS], on_reconnect=resync,
+                                connect_timeout=store.connect_timeout)
     task = asyncio.get_running_loop().create_task(listener.run(), name="pg-listener")
     # Start serving only once we hear other instances: no answer committed there is missed.
     with contextlib.suppress(TimeoutError):

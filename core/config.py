@@ -104,6 +104,9 @@ class StorageSettings(_Section):
     # PostgreSQL: connections in each of an instance's two pools (writes, reads). An instance opens at
     # most 2 × pool_size + 6 (its listener and leader locks); doctor checks it against max_connections.
     pool_size: int = Field(default=10, ge=1, le=200)
+    # PostgreSQL: opening a connection gives up after this; a server found gone makes calls fail at once
+    # (503 unavailable, Retry-After) until a connection succeeds again (core/store/breaker.py).
+    connect_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
 
     @field_validator("url")
     @classmethod

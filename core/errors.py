@@ -29,9 +29,9 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   └── InvalidAnswerError (422 invalid_answer)  details.fields: [{"field", "message"}]
     ├── RetryLaterError                               with Retry-After
     │   ├── RateLimitedError (429 rate_limited)
-    │   └── OverloadedError (503 overloaded)          too many writes in flight
-    ├── CapabilityNotProvidedError (501 capability_not_provided)
-    └── UnavailableError (503 unavailable)           the store does not answer
+    │   ├── OverloadedError (503 overloaded)          too many writes in flight
+    │   └── UnavailableError (503 unavailable)        the store does not answer
+    └── CapabilityNotProvidedError (501 capability_not_provided)
 """
 
 from __future__ import annotations
@@ -192,7 +192,11 @@ class CapabilityNotProvidedError(HandraiseError):
     status = 501
 
 
-class UnavailableError(HandraiseError):
+
+
+class UnavailableError(RetryLaterError):
+    """The store does not answer (PostgreSQL restarting, stopped, unreachable): retry after a moment."""
+
     code = "unavailable"
     status = 503
 

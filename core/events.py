@@ -195,8 +195,9 @@ class PostgresListener:
     """Holds one asyncpg connection LISTENing on the events channel; reconnects with backoff."""
 
     def __init__(self, *, dsn: str, channel: str, bus: EventBus,
-                 on_reconnect: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_reconnect: Callable[[], Awaitable[None]] | None = None, connect_timeout: float = 5.0) -> None:
         self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._channel = channel
         self._bus = bus
         self._on_reconnect = on_reconnect
@@ -210,7 +211,7 @@ class PostgresListener:
         while True:
             conn = None
             try:
-                conn = await asyncpg.connect(self._dsn)
+                conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
                 closed = asyncio.Event()
                 conn.add_termination_listener(lambda _c: closed.set())
                 await conn.add_listener(self._channel, self._handle)

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from handraise.core.errors import ConfigError, UnavailableError
 from handraise.core.serversecret import ServerSecret
+from handraise.core.store.breaker import StoreBreaker
 from handraise.core.store.chatrefs import ChatRefRecords
 from handraise.core.store.deliveries import FOR_REQUEST as DELIVERIES_FOR_REQUEST
 from handraise.core.store.deliveries import DeliveryRecords
@@ -100,20 +101,28 @@ def to_async_url(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _pg_connection(opening: Any) -> AsyncIterator[Any]:
+async def _pg_connection(opening: Any, breaker: StoreBreaker) -> AsyncIterator[Any]:
     """``async with`` an engine's ``connect()`` or ``begin()``, its opening and its end (COMMIT or
-    ROLLBACK) translated as a unit's statements are: a server that is gone is ``UnavailableError``.
-    The body's own errors pass as they are (its statements are translated where they run)."""
-    with storage_errors():
-        conn = await opening.__aenter__()
+    ROLLBACK) translated as a unit's statements are: a server that is gone is ``UnavailableError``
+    (and opens the ``breaker``). The body's own errors pass as they are (translated where they run)."""
+    if breaker.lost_since is not None:
+        breaker.admit()
     try:
-        yield conn
-    except BaseException as e:
         with storage_errors():
-            await opening.__aexit__(type(e), e, e.__traceback__)
+            conn = await opening.__aenter__()
+        try:
+            yield conn
+        except BaseException as e:
+            with storage_errors():
+                await opening.__aexit__(type(e), e, e.__traceback__)
+            raise
+        with storage_errors():
+            await opening.__aexit__(None, None, None)
+    except UnavailableError as e:
+        breaker.failed(e)
         raise
-    with storage_errors():
-        await opening.__aexit__(None, None, None)
+    if breaker.lost_since is not None:
+        breaker.succeeded()
 
 
 def upgrade(sync_conn: Connection, secret: ServerSecret | None, revision: str = "head") -> None:
@@ -140,12 +149,16 @@ def connection_budget(pool_size: int) -> int:
 
 class Store:
     def __init__(self, *, url: str, secret: ServerSecret | None = None, pool_size: int = 10,
-                 instance_id: str | None = None) -> None:
+                 instance_id: str | None = None, connect_timeout: float = 5.0) -> None:
         """``secret``: the server secret (core/serversecret.py); without it the store can be migrated and
         read, but the journal cannot be written or verified. ``pool_size``: on PostgreSQL, the writers'
         pool and the readers' pool hold at most this many connections each (no overflow), so an
-        instance never opens more than ``connection_budget(pool_size)``."""
+        instance never opens more than ``connection_budget(pool_size)``. ``connect_timeout``: on PostgreSQL,
+        seconds opening a connection may take; a server found gone makes calls fail fast (``breaker``)."""
         self.url = url
+        self.connect_timeout = connect_timeout
+        # PostgreSQL: open while the server is gone (core/store/breaker.py); its pooled connections are stale then.
+        self.breaker = StoreBreaker(on_lost=self.invalidate_pools)
         self._secret = secret
         self.pool_size = pool_size
         self.application_name = APPLICATION_NAME + (f"/{instance_id}" if instance_id else "")
@@ -213,7 +226,7 @@ class Store:
             # SQLAlchemy invalidates the pool, and reads are retried once on a fresh connection.
             # No overflow: past pool_size, callers wait for a connection (pool_timeout) instead of opening
             # connections the server's max_connections may not have for every instance.
-            named = {"server_settings": {"application_name": self.application_name}}
+            named = {"server_settings": {"application_name": self.application_name}, "timeout": self.connect_timeout}
             engine = create_async_engine(self.async_url, pool_size=self.pool_size, max_overflow=0,
                                          connect_args=named, hide_parameters=True)
             # Readers run without BEGIN/ROLLBACK: each statement is its own snapshot, as under READ COMMITTED.
@@ -266,7 +279,7 @@ class Store:
     async def transaction(self) -> AsyncIterator[StoreConnection]:
         runner = self._runner
         if runner is None:
-            async with _pg_connection(self._pg_engine().begin()) as conn:
+            async with _pg_connection(self._pg_engine().begin(), self.breaker) as conn:
                 yield PgConnection(conn)
             return
         task = runner.enter_write()
@@ -289,7 +302,7 @@ class Store:
         if runner is None:
             if self._read_engine is None:
                 raise UnavailableError("store is not open")
-            async with _pg_connection(self._read_engine.connect()) as conn:
+            async with _pg_connection(self._read_engine.connect(), self.breaker) as conn:
                 yield PgConnection(conn)
             return
         snapshot = SqliteConnection(runner, write=False)
@@ -318,6 +331,26 @@ class Store:
         runner = self._runner
         if runner is not None:
             return await runner.read(fn, *args)
+        breaker = self.breaker
+        if breaker.lost_since is not None:
+            breaker.admit()
+        try:
+            value = await self._read_pg(fn, *args)
+        except UnavailableError as e:
+            breaker.failed(e)
+            raise
+        if breaker.lost_since is not None:
+            breaker.succeeded()
+        return value
+
+    def invalidate_pools(self) -> None:
+        """The server went away: pooled connections are replaced at their next checkout (SQLAlchemy's own
+        whole-pool invalidation, closed without a round trip), so none fails a call once it is back."""
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                engine.sync_engine.pool._invalidate(None)  # type: ignore[arg-type]
+
+    async def _read_pg(self, fn: Callable[..., T], *args: Any) -> T:
         if self._read_engine is None:
             raise UnavailableError("store is not open")
         for attempt in (1, 2):

@@ -33,6 +33,8 @@ from harness.pgproxy import StallableProxy
 
 from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings_from, until
 from handraise.core.appkeys import SERVICE, STORE
+from handraise.core.errors import UnavailableError
+from handraise.core.store.breaker import StoreBreaker
 
 STALL_SECONDS = 2.0
 
@@ -244,6 +246,15 @@ async def _until_status(call: Any, ok: int, *, within: float, what: str) -> Any:
         await asyncio.sleep(0.1)
 
 
+async def parked_agent(api: Any, request_id: str) -> asyncio.Future[dict[str, Any]]:
+    """An agent's wait, parked on ``api`` (made again while it answers 503, as the client does)."""
+    waiting = asyncio.ensure_future(_until_status(lambda: api.call("GET", f"/v1/requests/{request_id}/wait",
+                                                                   params={"timeout": "60"}),
+                                                  200, within=60, what="wait"))
+    await until(lambda: bool(api.app[SERVICE].waiting), what="the wait parked")
+    return waiting
+
+
 async def test_a_restart_of_postgresql_loses_nothing_and_a_waiter_parked_throughout_is_woken(
         private_pg: PgCluster) -> None:
     """``pg_ctl restart`` (fast: every session ends) of the database two instances share: afterwards both
@@ -252,13 +263,7 @@ async def test_a_restart_of_postgresql_loses_nothing_and_a_waiter_parked_through
     url = await asyncio.to_thread(private_pg.create_database, "handraise")
     async with running_app(settings_from(base_config(url))) as a, running_app(settings_from(base_config(url))) as b:
         req = await a.create(body("restart-2"))
-
-        async def agent_waits_on_a() -> dict[str, Any]:
-            return await _until_status(lambda: a.call("GET", f"/v1/requests/{req['id']}/wait",
-                                                      params={"timeout": "60"}), 200, within=60, what="wait")
-
-        waiting = asyncio.ensure_future(agent_waits_on_a())
-        await until(lambda: bool(a.app[SERVICE].waiting), what="the wait parked")
+        waiting = await parked_agent(a, req["id"])
         await asyncio.to_thread(private_pg.restart)
         assert not waiting.done(), "a parked wait outlives the restart"
         await _until_status(lambda: b.submit("restart-2", "after"), 200, within=30, what="submit through b")
@@ -273,3 +278,115 @@ async def test_a_restart_of_postgresql_loses_nothing_and_a_waiter_parked_through
                                    what="create through b")
         await _until_status(lambda: a.submit("restart-3", "fine"), 200, within=10, what="submit through a")
         assert (await b.wait(req2["id"]))["response"] == "fine"
+
+
+BOUND_S = 1.0  # [storage] connect_timeout_seconds in the tests below
+
+
+async def _timed(api: Any, method: str, path: str, *, key: str = AGENT_KEY,
+                 json: Any = None) -> tuple[int, Any, str | None, float]:
+    """One call: status, body, its Retry-After header, seconds it took."""
+    t0 = time.monotonic()
+    async with api.session.request(method, api.url(path), json=json,
+                                   headers={"Authorization": f"Bearer {key}"}) as resp:
+        data = await resp.json(content_type=None)
+        return resp.status, data, resp.headers.get("Retry-After"), time.monotonic() - t0
+
+
+async def test_a_stopped_postgresql_is_503_at_once_then_calls_succeed_when_it_is_back_and_nothing_is_lost(
+        private_pg: PgCluster) -> None:
+    """``pg_ctl stop``: every call gets 503 ``unavailable`` with Retry-After within the connect bound, and
+    once the store is known gone, new calls are refused without trying; a parked wait keeps waiting. After
+    ``pg_ctl start`` calls succeed again within a probe or two; the request made before the outage is
+    answered once, to the agent that waited throughout, and the journal verifies."""
+    url = await asyncio.to_thread(private_pg.create_database, "handraise")
+    config = base_config(url, storage={"url": url, "connect_timeout_seconds": BOUND_S})
+    async with running_app(settings_from(config)) as a:
+        store = a.app[STORE]
+        req = await a.create(body("stop-1"))
+        waiting = await parked_agent(a, req["id"])
+        await asyncio.to_thread(private_pg.stop)
+        calls = [("GET", f"/v1/requests/{req['id']}", AGENT_KEY, None),
+                 ("POST", "/v1/requests", AGENT_KEY, body("during")),
+                 ("POST", "/api/human-feedback/submit", OPERATOR_KEY, {"unique_id": "stop-1", "response": "no"})]
+        for method, path, key, payload in calls * 2:
+            status, data, retry_after, took = await _timed(a, method, path, key=key, json=payload)
+            assert (status, data["error"]) == (503, "unavailable"), (method, path, status, data)
+            assert retry_after is not None and int(retry_after) >= 1
+            assert took < BOUND_S + 1.5, f"{method} {path} took {took:.2f} s"
+        assert store.breaker.lost_since is not None, "the store knows the server is gone"
+        refused = store.breaker.refused
+        status, _, _, took = await _timed(a, "POST", "/v1/requests", json=body("during"))
+        assert status == 503 and took < 0.5 and store.breaker.refused == refused + 1, "refused without trying"
+        assert not waiting.done(), "a parked wait keeps waiting through the outage"
+
+        await asyncio.to_thread(private_pg.start)
+        await _until_status(lambda: a.submit("stop-1", "yes"), 200, within=15, what="submit after the start")
+        assert store.breaker.lost_since is None
+        got = await asyncio.wait_for(waiting, 30)
+        assert got["status"] == "answered" and got["response"] == "yes"
+        # The create refused during the outage left nothing behind: made now, it is new.
+        status, _ = await a.call("POST", "/v1/requests", json=body("during"))
+        assert status == 201
+        assert await answered_entries(url, req["id"]) == 1
+        assert await store.verify_journal() == []
+
+
+async def test_a_server_that_accepts_connections_and_never_answers_is_503_within_the_connect_bound(
+        private_pg: PgCluster) -> None:
+    """A hung postmaster (SIGSTOP: the kernel accepts connections, nothing answers them) once the pools'
+    connections are spent: a call waits the connect bound, not asyncpg's 60 s, then 503; the next ones
+    fail at once; resumed, the server is found again by a probe."""
+    url = await asyncio.to_thread(private_pg.create_database, "handraise")
+    config = base_config(url, storage={"url": url, "connect_timeout_seconds": BOUND_S})
+    async with running_app(settings_from(config)) as a:
+        store = a.app[STORE]
+        req = await a.create(body("hung-1"))
+        private_pg.pause()
+        try:
+            store.invalidate_pools()  # as after a restart: every call needs a new connection
+            status, data, retry_after, took = await _timed(a, "GET", f"/v1/requests/{req['id']}")
+            assert (status, data["error"]) == (503, "unavailable") and retry_after == "1"
+            assert BOUND_S * 0.9 <= took < BOUND_S + 1.5, f"took {took:.2f} s"
+            status, _, _, took = await _timed(a, "GET", f"/v1/requests/{req['id']}")
+            assert status == 503 and took < 0.5, f"the second call took {took:.2f} s"
+        finally:
+            private_pg.resume()
+        await _until_status(lambda: a.submit("hung-1", "ok"), 200, within=15, what="submit after the resume")
+        assert (await a.wait(req["id"]))["response"] == "ok"
+
+
+def test_the_breaker_opens_on_a_lost_server_only_lets_one_probe_a_second_through_and_closes_on_success() -> None:
+    now = [100.0]
+    lost: list[bool] = []
+    breaker = StoreBreaker(probe_every=1.0, on_lost=lambda: lost.append(True), clock=lambda: now[0])
+    breaker.admit()  # closed: every call passes
+    # A call's own failure (not a lost server) leaves it closed.
+    breaker.failed(UnavailableError("store is not open"))
+    assert breaker.lost_since is None
+    try:
+        raise UnavailableError("the store does not answer") from ConnectionRefusedError(111, "refused")
+    except UnavailableError as e:
+        breaker.failed(e)
+    assert breaker.lost_since == 100.0 and lost == [True]
+    with pytest.raises(UnavailableError) as refused:
+        breaker.admit()
+    assert refused.value.retry_after == 1 and breaker.refused == 1
+    now[0] = 101.0
+    breaker.admit()  # the probe
+    with pytest.raises(UnavailableError):
+        breaker.admit()  # the others, meanwhile
+    breaker.failed(_lost())  # the probe failed: still open, the next probe a second later
+    assert lost == [True], "on_lost runs once per outage"
+    now[0] = 102.5
+    breaker.admit()
+    breaker.succeeded()
+    assert breaker.lost_since is None
+    breaker.admit()
+    breaker.admit()
+
+
+def _lost() -> UnavailableError:
+    error = UnavailableError("the store does not answer")
+    error.__cause__ = TimeoutError()
+    return error

@@ -19,6 +19,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -122,6 +123,8 @@ class PgCluster:
 
     def remove(self) -> None:
         with contextlib.suppress(Exception):
+            self.resume()
+        with contextlib.suppress(Exception):
             if self.running():
                 self.stop(mode="immediate")
         shutil.rmtree(self.root, ignore_errors=True)
@@ -140,6 +143,17 @@ class PgCluster:
 
     def restart(self, *, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", mode, "-w", "-t", "60", "restart")
+
+    def pause(self) -> None:
+        """SIGSTOP the postmaster: connections already open keep working (their backends run on), new ones
+        are accepted by the kernel and never answered, as from a server that hangs or a black-holed route."""
+        os.kill(self.postmaster_pid(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.postmaster_pid(), signal.SIGCONT)
+
+    def postmaster_pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
 
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
