@@ -33,6 +33,7 @@ from handraise.core.appkeys import (
     STORE,
 )
 from handraise.core import defaults
+from handraise.core.callbacks import CallbackHttp
 from handraise.core.config import Settings
 from handraise.core.channels import Channel, load_enabled
 from handraise.core.chatrefs import ChatRefs
@@ -127,7 +128,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     callbacks_on = any(t.callbacks is not None for t in settings.tenants)
     app[DISPATCHER] = Dispatcher(service=service, deliveries=deliveries, leadership=store.leadership,
                                  cases=store.reviews, shared=store.is_postgres, connectors=connectors,
-                                 http=http if callbacks_on else None)
+                                 http=CallbackHttp(http) if callbacks_on else None)
     app[DISPATCHER].on_delivery = metrics.on_delivery
 
     app.cleanup_ctx.append(_store_ctx)
@@ -215,6 +216,8 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[SERVICE].drain()
     await app[HTTP_SESSION].close()
+    if app[DISPATCHER].http is not None:
+        await app[DISPATCHER].http.close()
     await app[STORE].close()
 
 

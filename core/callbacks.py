@@ -6,7 +6,10 @@ deliveries' backoff; it shows on the request as a delivery of channel ``callback
 A callback goes only to ``https`` URLs whose host resolves to public addresses, unless
 the tenant lists the host in ``allow_hosts`` (plain http and private or loopback
 addresses are then fine). The check runs at create (422) and again before each attempt,
-so a name that later resolves somewhere private is refused then too.
+so a name that later resolves somewhere private is refused then too; and the POST itself
+connects through a resolver that hands the connection only public addresses
+(:class:`CallbackHttp`), so a name that answers the check with a public address and the
+connection with a private one (DNS rebinding) reaches nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
 from handraise.core.api import RequestView, url_host
 from handraise.core.config import CallbackSettings
@@ -59,7 +64,48 @@ async def url_problem(url: str, settings: CallbackSettings | None) -> str | None
     return None
 
 
-async def send(http: aiohttp.ClientSession, *, view: RequestView, url: str, settings: CallbackSettings | None,
+class PublicOnlyResolver(AbstractResolver):
+    """Resolves as usual, then keeps only public addresses: what a connection to a callback may use."""
+
+    def __init__(self, inner: AbstractResolver | None = None) -> None:
+        self._inner = inner if inner is not None else DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+                      ) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        public = [r for r in found if _public(ipaddress.ip_address(str(r["host"]).split("%")[0]))]
+        if not public:
+            raise OSError(f"{host} resolves to no public address")
+        return public
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class CallbackHttp:
+    """The sessions callbacks are posted through: a host the tenant allows (``allow_hosts``) through the
+    shared session, any other through one whose connections reach public addresses only."""
+
+    def __init__(self, shared: aiohttp.ClientSession, *, resolver: AbstractResolver | None = None) -> None:
+        self.shared = shared
+        self._resolver = resolver
+        self._guarded: aiohttp.ClientSession | None = None
+
+    def session_for(self, url: str, settings: CallbackSettings | None) -> aiohttp.ClientSession:
+        host = (urlsplit(url).hostname or "").lower()
+        if settings is not None and host in settings.allow_hosts:
+            return self.shared
+        if self._guarded is None:  # made on first use: inside the running loop
+            connector = aiohttp.TCPConnector(resolver=PublicOnlyResolver(self._resolver))
+            self._guarded = aiohttp.ClientSession(connector=connector, timeout=self.shared.timeout)
+        return self._guarded
+
+    async def close(self) -> None:
+        if self._guarded is not None:
+            await self._guarded.close()
+
+
+async def send(http: CallbackHttp, *, view: RequestView, url: str, settings: CallbackSettings | None,
                log: logging.Logger, hitl_payload: dict[str, Any] | None = None) -> dict[str, object]:
     """POST the terminal request to its callback; the delivery's ref, else ``ConnectorError``.
 
@@ -71,7 +117,7 @@ async def send(http: aiohttp.ClientSession, *, view: RequestView, url: str, sett
         raise ConnectorError(f"callback to {url_host(url)} refused: the URL {problem}", permanent=True)
     secret = settings.secret.get_secret_value()
     payload = hitl_payload or envelope(RESOLVED, view, delivery_id=f"{view.id}:{CHANNEL}")
-    status = await post_signed(http, url=url, secret=secret, payload=payload,
+    status = await post_signed(http.session_for(url, settings), url=url, secret=secret, payload=payload,
                                timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1",
                                also_signed=None if hitl_payload is None else hitl_signature(secret))
     return {"status": status}

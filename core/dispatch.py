@@ -16,8 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from aiohttp import ClientSession
-
 from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
 from handraise.core.backoff import Backoff
@@ -54,7 +52,7 @@ class Dispatcher(Recovery):
 
     def __init__(self, *, service: RequestService, deliveries: DeliveryLog, leadership: Leadership,
                  cases: ReviewCases, shared: bool, connectors: dict[str, Connector],
-                 http: ClientSession | None = None, max_attempts: int = 12, backoff_initial: float = 0.5,
+                 http: callbacks.CallbackHttp | None = None, max_attempts: int = 12, backoff_initial: float = 0.5,
                  backoff_cap: float = 60.0, withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
         self.service = service
         self.deliveries = deliveries

@@ -4,15 +4,31 @@ POSTs verified, retries after 5xx, refused hosts, and no second POST across a re
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
+import socket
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
 from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
 
+from handraise.core import callbacks
 from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
-from handraise.core.config import Settings
-from handraise.core.signedpost import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
+from handraise.core.callbacks import CallbackHttp, PublicOnlyResolver
+from handraise.core.config import CallbackSettings, Settings
+from handraise.core.errors import ConnectorError
+from handraise.core.signedpost import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    post_signed,
+    verify_signature,
+)
 
 SECRET = "cbsec-0123456789abcdef"
 RESOLVED = "request.resolved"
@@ -172,3 +188,64 @@ async def test_no_second_post_across_a_restart(tmp_path: Path, receiver: Receive
         await api.app[DISPATCHER].idle()
     assert len(receiver.hits) == total
     assert [h.json["request"]["id"] for h in receiver.hits[first_run:]] == [pending["id"], done["id"]]
+
+
+# -- DNS rebinding: the connection itself reaches public addresses only ---------------------------
+
+
+class Names(AbstractResolver):
+    """A resolver answering from a table (what a hostile DNS server would say at connect time)."""
+
+    def __init__(self, names: dict[str, list[str]]) -> None:
+        self.names = names
+        self.asked: list[str] = []
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+                      ) -> list[ResolveResult]:
+        self.asked.append(host)
+        return [ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET6 if ":" in a else socket.AF_INET,
+                              proto=0, flags=socket.AI_NUMERICHOST) for a in self.names[host]]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_the_callback_resolver_keeps_public_addresses_only() -> None:
+    resolver = PublicOnlyResolver(Names({
+        "loopback.test": ["127.0.0.1"], "private.test": ["10.1.2.3", "192.168.1.9"], "mapped.test": ["::ffff:127.0.0.1"],
+        "metadata.test": ["169.254.169.254"], "mixed.test": ["10.1.2.3", "93.184.215.14"], "public.test": ["2606:4700::1"],
+    }))
+    for host in ("loopback.test", "private.test", "mapped.test", "metadata.test"):
+        with pytest.raises(OSError, match="resolves to no public address"):
+            await resolver.resolve(host, 443)
+    assert [r["host"] for r in await resolver.resolve("mixed.test", 443)] == ["93.184.215.14"]
+    assert [r["host"] for r in await resolver.resolve("public.test", 443)] == ["2606:4700::1"]
+
+
+async def test_a_name_rebound_to_a_private_address_after_the_check_reaches_nothing(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = receiver.url().split(":")[-1].split("/")[0]
+    url = f"https://rebind.test:{port}/cb"
+    # The check's lookup says public; the connection's lookup says loopback (the rebinding trick).
+    checked: list[str] = []
+
+    async def public_at_check(host: str, port: int) -> list[Any]:
+        checked.append(host)
+        return [ipaddress.ip_address("93.184.215.14")]
+
+    monkeypatch.setattr(callbacks, "_addresses", public_at_check)
+    not_allowed = CallbackSettings(secret=SECRET)
+    assert await callbacks.url_problem(url, not_allowed) is None and checked == ["rebind.test"]
+    names = Names({"rebind.test": ["127.0.0.1"]})
+    async with aiohttp.ClientSession() as shared:
+        http = CallbackHttp(shared, resolver=names)
+        signed = {"event": RESOLVED, "delivery_id": "req_1:callback", "request": {"id": "req_1"}}
+        with pytest.raises(ConnectorError, match="ClientConnector"):
+            await post_signed(http.session_for(url, not_allowed), url=url, secret=SECRET, payload=signed,
+                              timeout=5, log=logging.getLogger("test"))
+        assert names.asked == ["rebind.test"] and receiver.hits == []
+        # A host the tenant allows goes through the shared session, private addresses and all.
+        allowed = CallbackSettings(secret=SECRET, allow_hosts=["rebind.test"])
+        assert http.session_for(url, allowed) is shared
+        assert http.session_for(url, not_allowed) is http.session_for(url, not_allowed) is not shared
+        await http.close()
