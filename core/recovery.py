@@ -44,7 +44,8 @@ class Recovery:
         """Resume what a stopped or crashed instance left undone; returns how many were resumed.
 
         For every pending request: deliveries never started or stalled in their retries are
-        sent, and overdue reminders fire. Work this instance is doing itself is left alone;
+        sent, and overdue reminders fire (a connector's, or a ping of the request's own schedule
+        that a stopped instance decided but never sent). Work this instance is doing itself is left alone;
         with several instances only work older than a live instance's retry horizon counts
         as abandoned, so nothing is sent twice.
         """
@@ -86,6 +87,15 @@ class Recovery:
                             self._spawn(view.id, self._deliver_one(connector, view, row,
                                                                    first_attempt=row.attempts + 1))
                             resumed += 1
+                        elif row.status == "sent" and view.schedule is not None and view.schedule.reminds:
+                            # The request's own schedule: a ping the sweeper decided that this place never got
+                            # (its instance stopped in between), once older than a live instance's horizon.
+                            ping = view.schedule.last_ping_at()
+                            if (ping is not None and row.created_at < ping
+                                    and (row.reminded_at is None or row.reminded_at < ping)
+                                    and ((ping < self._started_at) if alone else (now >= ping + stale))):
+                                self._spawn(view.id, self._remind_one(connector, view, row, scheduled=True))
+                                resumed += 1
                         elif row.status == "sent" and row.reminded_at is None and connector.remind_after():
                             due = row.updated_at + (connector.remind_after() or 0)
                             if alone:

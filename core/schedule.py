@@ -207,6 +207,14 @@ class Schedule:
         after = replace(self, steps=tuple(steps), reminders=tuple(reminders))
         return Advance(after, tuple(reached), remind=pings > 0 and not reached)
 
+    def last_ping_at(self) -> float | None:
+        """When the sweeper last decided that every place should be pinged (a reminder or a step's
+        reminder falling due), or None; a tick that also reached a step pinged nobody (``advance``)."""
+        reached = {s.reached_at for s in self.steps if s.reached_at is not None}
+        pings = [t for t in (*(r.sent_at for r in self.reminders), *(s.reminded_at for s in self.steps))
+                 if t is not None and t not in reached]
+        return max(pings) if pings else None
+
     def reached_refs(self) -> list[str]:
         """The people and groups of every step reached so far, in order, each once."""
         return list(dict.fromkeys(ref for s in self.steps if s.reached_at is not None for ref in s.to))

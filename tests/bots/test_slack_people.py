@@ -175,6 +175,39 @@ async def test_scheduled_reminders_ping_every_place_it_was_posted_once_each(tmp_
         assert [e["event"] for e in journal].count("reminder_due") == 2
 
 
+async def test_a_scheduled_ping_whose_instance_stopped_is_sent_by_the_recovery_pass(
+        tmp_path: Path, fake: FakeSlack) -> None:
+    """The sweeper decided a reminder (a compare-and-set, once for all instances) and its instance stopped
+    before its dispatcher pinged: recovery pings every place once, and only once it is clearly abandoned."""
+    import time
+
+    from handraise.core.events import REQUEST_SCHEDULED
+
+    async with people_slack(tmp_path, fake) as api:
+        req = await api.create(request_body("rem-lost", kind="approval", timeout_seconds=900, assign_to=["alice"],
+                                            reminders=[60]))
+        await posted_message(fake, req)
+        service, dispatcher = api.app[SERVICE], api.app[DISPATCHER]
+
+        def reminders() -> list[Any]:
+            return [c for c in fake.calls_of("chat.postMessage") if c.ok and c.get("thread_ts")]
+
+        publish = service.bus.publish
+        service.bus.publish = lambda ev: None if ev.type == REQUEST_SCHEDULED else publish(ev)
+        await _at(api, 61)
+        service.bus.publish = publish
+        assert reminders() == []
+        assert await dispatcher.recover() == 0  # its own instance may still be pinging
+        later = 61 + 2 * dispatcher.backoff_cap + 31
+        service.clock = lambda: time.time() + later
+        assert await dispatcher.recover() == 2
+        await dispatcher.idle()
+        assert sorted(c.get("channel") for c in reminders()) == sorted([ACME_CHANNEL, fake.dm_channel(ALICE)])
+        assert await dispatcher.recover() == 0  # pinged once
+        journal = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=req["id"])
+        assert [e["event"] for e in journal].count("reminded") == 2
+
+
 async def test_a_step_whose_notice_was_lost_is_delivered_by_the_recovery_pass(tmp_path: Path, fake: FakeSlack) -> None:
     """The instance that reached the step stopped before its dispatcher acted: the step's people are in the
     request's targets from then on, so recovery (on any instance) reaches them."""

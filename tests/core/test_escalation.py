@@ -294,3 +294,18 @@ async def test_two_instances_sweeping_reach_a_step_once_and_both_hear_of_it(pg_u
         assert sorted(ev.local for ev in events) == [False, True]
         for ev in events:
             assert ev.object_id == created["id"] and ev.data["assign_to"] == ["alice", "group:secondary"]
+
+
+def test_the_last_ping_is_the_latest_reminder_due_in_a_tick_that_reached_no_step() -> None:
+    from handraise.core.schedule import EscalationStep, Schedule
+
+    schedule = Schedule.make(escalation=[EscalationStep(after_seconds=100, to=["bob"], remind_after_seconds=50)],
+                             reminders=[40, 100], created_at=1000.0)
+    assert schedule is not None and schedule.last_ping_at() is None
+    first = schedule.advance(1041.0)
+    assert first.remind and first.schedule.last_ping_at() == 1041.0
+    # The step and the second reminder fall due in one tick: the step's people are reached, nobody pinged.
+    second = first.schedule.advance(1101.0)
+    assert second.reached == (0,) and not second.remind and second.schedule.last_ping_at() == 1041.0
+    third = second.schedule.advance(1151.0)  # the step's own reminder
+    assert third.remind and third.schedule.last_ping_at() == 1151.0
