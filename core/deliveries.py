@@ -92,6 +92,22 @@ class DeliveryLog:
         now = self._clock()
         return await self._records.claim_withdrawal(delivery.id, now=now, stale_before=now - stale_after)
 
+    async def abandoned_withdrawals(self, *, stale_after: float) -> list[DeliveryRecord]:
+        """Deliveries left ``withdrawing`` for ``stale_after`` seconds: their holder died mid-withdrawal."""
+        rows = await self._records.abandoned_withdrawals(stale_before=self._clock() - stale_after)
+        return [DeliveryRecord.from_row(r) for r in rows]
+
+    async def reclaim_withdrawal(self, delivery: Delivery, *, stale_after: float, run_id: str | None,
+                                 since: float) -> bool:
+        """Take over a withdrawal abandoned ``withdrawing`` (untouched for ``stale_after`` seconds, since
+        ``since``), journaled ``withdrawal_reclaimed`` with it: True for the one instance that finishes it."""
+        now = self._clock()
+        journal = entry_row(tenant_id=delivery.tenant_id, event="withdrawal_reclaimed", request_id=delivery.request_id,
+                            run_id=run_id, channel=delivery.channel,
+                            data={"target": delivery.target, "idle_seconds": round(now - since, 1)})
+        return await self._records.reclaim_withdrawal(delivery.id, now=now, stale_before=now - stale_after,
+                                                      journal=journal)
+
     async def release_withdrawal(self, delivery: Delivery) -> None:
         """A claimed withdrawal that did not happen: the message is still up."""
         await self._records.release_withdrawal(delivery.id, now=self._clock())

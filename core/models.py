@@ -151,6 +151,9 @@ class DeliveryRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("request_id", "channel", "target", name="uq_deliveries_target"),
         Index("ix_deliveries_tenant_request", "tenant_id", "request_id"),
+        # The recovery pass's look for withdrawals a dead instance left half done (migration 0016).
+        Index("ix_deliveries_withdrawing", "updated_at", sqlite_where=text("status = 'withdrawing'"),
+              postgresql_where=text("status = 'withdrawing'")),
     )
 
     id: int | None = Field(default=None, primary_key=True)

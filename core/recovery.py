@@ -1,14 +1,17 @@
 """The dispatcher's recovery pass: one instance at a time resumes what a stopped or crashed instance left
-half done (deliveries never started or stalled in their retries, overdue reminders, callbacks). A part of
+half done (deliveries never started or stalled in their retries, overdue reminders, callbacks, messages
+it was withdrawing). A part of
 :class:`~handraise.core.dispatch.Dispatcher`, kept here so the dispatch module holds delivering itself."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
 from handraise.core import callbacks
+from handraise.core.errors import NotFoundError
 
 if TYPE_CHECKING:
     from handraise.core.api import RequestView
@@ -107,6 +110,7 @@ class Recovery:
                                 resumed += 1
                     resumed += await self._recover_fallback(connector, view, rows, alone=alone, stale=stale, now=now)
         resumed += await self._recover_callbacks(alone=alone, stale=stale, now=now)
+        resumed += await self._recover_withdrawals()
         if resumed:
             log.info("deliveries resumed", extra={"count": resumed})
         return resumed
@@ -145,3 +149,41 @@ class Recovery:
             self._spawn(request_id, self._call_back(tenant_id, request_id))
             resumed += 1
         return resumed
+
+    async def _recover_withdrawals(self: Dispatcher) -> int:
+        """Messages an instance was withdrawing (or editing to a new tally) when it died: their delivery stays
+        ``withdrawing`` and no event will bring them back. One untouched for longer than a live holder ever
+        leaves it is taken over with a compare-and-set (journaled ``withdrawal_reclaimed``), so exactly one
+        instance finishes it: withdrawn if its request is terminal, else given back (``sent``) and its tally
+        shown."""
+        resumed = 0
+        for row in await self.deliveries.abandoned_withdrawals(stale_after=self._claim_stale()):
+            connector = self.connectors.get(row.channel)
+            if connector is None or row.id in self._withdrawing:
+                continue  # a channel this instance does not run, or its own withdrawal in flight
+            try:
+                view = await self.service.get(tenant_id=row.tenant_id, request_id=row.request_id,
+                                              with_deliveries=False)
+            except NotFoundError:
+                continue
+            if not await self.deliveries.reclaim_withdrawal(row, stale_after=self._claim_stale(),
+                                                            run_id=view.run_id, since=row.updated_at):
+                continue  # another instance took it over first
+            self._spawn(view.id, self._finish_withdrawal(connector, view, row))
+            resumed += 1
+        return resumed
+
+    async def _finish_withdrawal(self: Dispatcher, connector: Connector, view: RequestView,
+                                 row: DeliveryRecord) -> None:
+        self._withdrawing.add(row.id)
+        try:
+            if view.terminal:
+                await self._withdraw_claimed(connector, view, row, row.ref)
+        finally:
+            # Withdrawn (then this changes nothing), failed for good, or a pending request's tally edit:
+            # the claim is given back.
+            with contextlib.suppress(Exception):
+                await self.deliveries.release_withdrawal(row)
+            self._withdrawing.discard(row.id)
+        if not view.terminal:
+            await self._show_votes_one(connector, view, row, row.ref)

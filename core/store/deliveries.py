@@ -33,6 +33,16 @@ _CLAIM_WITHDRAWAL = update(deliveries_t).where(
     (deliveries_t.c.status == "sent")
     | ((deliveries_t.c.status == "withdrawing") & (deliveries_t.c.updated_at < _b("w_stale_before"))),
 ).values(status="withdrawing", updated_at=_b("w_now"))
+# The recovery pass takes over only a claim whose holder went quiet (its journal entry in the same unit).
+_RECLAIM_WITHDRAWAL = update(deliveries_t).where(
+    deliveries_t.c.id == _b("w_id"), deliveries_t.c.status == "withdrawing",
+    deliveries_t.c.updated_at < _b("w_stale_before"),
+).values(updated_at=_b("w_now"))
+# Claims untouched since a bound: their holders died mid-withdrawal (partial index ix_deliveries_withdrawing).
+_ABANDONED_WITHDRAWALS = (select(deliveries_t)
+                          .where(deliveries_t.c.status == "withdrawing",
+                                 deliveries_t.c.updated_at < _b("stale_before"))
+                          .order_by(deliveries_t.c.updated_at).limit(_b("limit")))
 _RELEASE_WITHDRAWAL = (update(deliveries_t)
                        .where(deliveries_t.c.id == _b("w_id"), deliveries_t.c.status == "withdrawing")
                        .values(status="sent", updated_at=_b("w_now")))
@@ -91,6 +101,23 @@ class DeliveryRecords:
         removes the message. A claim not touched since ``stale_before`` is taken over."""
         params = {"w_id": delivery_id, "w_now": now, "w_stale_before": stale_before}
         return await self._write(rowcount, _CLAIM_WITHDRAWAL, params) == 1
+
+    async def reclaim_withdrawal(self, delivery_id: int, *, now: float, stale_before: float,
+                                 journal: Mapping[str, Any]) -> bool:
+        """Take over a ``withdrawing`` claim untouched since ``stale_before`` and journal it, as one unit:
+        True for the one instance that then finishes the withdrawal."""
+        params = {"w_id": delivery_id, "w_now": now, "w_stale_before": stale_before}
+        return await self._write(self._reclaim_unit, params, dict(journal))
+
+    def _reclaim_unit(self, c: Connection, params: dict[str, Any], journal: dict[str, Any]) -> bool:
+        if c.execute(_RECLAIM_WITHDRAWAL, params).rowcount != 1:
+            return False
+        self._journal.append_in(c, journal)
+        return True
+
+    async def abandoned_withdrawals(self, *, stale_before: float, limit: int = 500) -> list[dict[str, Any]]:
+        """Deliveries left ``withdrawing`` and untouched since ``stale_before``, oldest first."""
+        return await self._read(all_rows, _ABANDONED_WITHDRAWALS, {"stale_before": stale_before, "limit": limit})
 
     async def release_withdrawal(self, delivery_id: int, *, now: float) -> None:
         """A claimed withdrawal that did not happen: the message is still up, the delivery ``sent`` again."""

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -32,7 +32,9 @@ from harness.pgcluster import PgCluster, missing_reason
 from harness.pgproxy import StallableProxy
 
 from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings_from, until
-from handraise.core.appkeys import SERVICE, STORE
+from handraise.core.api import RequestView
+from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE, STORE
+from handraise.core.connectors import Connector
 from handraise.core.errors import UnavailableError
 from handraise.core.store.breaker import StoreBreaker
 
@@ -390,3 +392,87 @@ def _lost() -> UnavailableError:
     error = UnavailableError("the store does not answer")
     error.__cause__ = TimeoutError()
     return error
+
+
+class CountingConnector(Connector):
+    """Posts to one room and counts the edits that withdraw its message, per instance."""
+
+    name: ClassVar[str] = "counting"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.delivered: list[str] = []
+        self.withdrawn: list[str] = []
+
+    def targets(self, tenant_id: str) -> list[str]:
+        return ["room"] if tenant_id == "acme" else []
+
+    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
+        self.delivered.append(request.id)
+        return {"message": request.id}
+
+    async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
+        self.withdrawn.append(request.id)
+
+
+async def _left_withdrawing(api: Any, request_id: str, *, idle_for: float) -> Any:
+    """The request's one delivery as an instance killed mid-withdrawal leaves it: ``withdrawing``, untouched
+    for ``idle_for`` seconds."""
+    delivery, = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id)
+    await api.app[STORE].deliveries.update(delivery.id, {"status": "withdrawing",
+                                                         "updated_at": time.time() - idle_for})
+    return delivery
+
+
+async def test_a_withdrawal_left_by_a_dead_instance_is_finished_by_exactly_one_recovery_pass(
+        storage_url: str) -> None:
+    settings = settings_from(base_config(storage_url))
+    async with running_app(settings, connector_classes=[CountingConnector]) as a, \
+            running_app(settings, connector_classes=[CountingConnector]) as b:
+        ca, cb = a.app[CONNECTORS]["counting"], b.app[CONNECTORS]["counting"]
+        req = await a.create(body("stuck-1") | {"channels": ["counting"]})
+        await a.app[DISPATCHER].idle()
+        assert ca.delivered == [req["id"]]
+        assert (await a.submit("stuck-1", "done"))[0] == 200
+        await a.app[DISPATCHER].idle()
+        ca.withdrawn.clear()
+        stale = a.app[DISPATCHER]._claim_stale()
+
+        # A claim younger than a live holder ever leaves one is left alone: its holder may be at it.
+        await _left_withdrawing(a, req["id"], idle_for=stale / 2)
+        assert await asyncio.gather(a.app[DISPATCHER].recover(), b.app[DISPATCHER].recover()) == [0, 0]
+
+        # Older: both instances' passes see it at once; one takes it over and withdraws the message.
+        await _left_withdrawing(a, req["id"], idle_for=stale + 5)
+        resumed = await asyncio.gather(a.app[DISPATCHER].recover(), b.app[DISPATCHER].recover())
+        await asyncio.gather(a.app[DISPATCHER].idle(), b.app[DISPATCHER].idle())
+        assert sorted(resumed) == [0, 1]
+        assert len(ca.withdrawn) + len(cb.withdrawn) == 1
+        delivery, = await a.app[DELIVERIES].of_request(tenant_id="acme", request_id=req["id"])
+        assert delivery.status == "withdrawn"
+        events = [e["event"] for e in await a.journal(req["id"])]
+        assert events.count("withdrawal_reclaimed") == 1
+        assert events[-2:] == ["withdrawal_reclaimed", "withdrawn"]
+        reclaimed = next(e for e in await a.journal(req["id"]) if e["event"] == "withdrawal_reclaimed")
+        assert reclaimed["data"]["target"] == "room" and reclaimed["data"]["idle_seconds"] >= stale
+        # Done: nothing more to take over.
+        assert await b.app[DISPATCHER].recover() == 0
+        assert await a.app[STORE].verify_journal() == []
+
+
+async def test_a_tally_edit_left_by_a_dead_instance_on_a_pending_request_gives_the_message_back(
+        sqlite_url: str) -> None:
+    """The same claim guards a quorum tally's edit: on a pending request the message stays up (``sent``
+    again, so its outcome can be withdrawn later), nothing is withdrawn."""
+    async with running_app(settings_from(base_config(sqlite_url)), connector_classes=[CountingConnector]) as a:
+        req = await a.create(body("stuck-2") | {"channels": ["counting"]})
+        await a.app[DISPATCHER].idle()
+        await _left_withdrawing(a, req["id"], idle_for=a.app[DISPATCHER]._claim_stale() + 5)
+        assert await a.app[DISPATCHER].recover() == 1
+        await a.app[DISPATCHER].idle()
+        delivery, = await a.app[DELIVERIES].of_request(tenant_id="acme", request_id=req["id"])
+        assert delivery.status == "sent" and a.app[CONNECTORS]["counting"].withdrawn == []
+        # Answered now, it is withdrawn as usual.
+        assert (await a.submit("stuck-2", "done"))[0] == 200
+        await a.app[DISPATCHER].idle()
+        assert a.app[CONNECTORS]["counting"].withdrawn == [req["id"]]
