@@ -2,7 +2,7 @@
 loss; and full cycles on one instance against two instances of one database.
 
     python bench/sustained.py [--agents 1000] [--rate 300] [--duration 60] [--instances 1] [--tenants 1]
-                              [--max-writes 128] [--cycle-duration 10] [--workers 16] [--no-cycles] [--json]
+                              [--max-writes 128] [--max-queue-ms 100] [--cycle-duration 10] [--workers 16] [--no-cycles] [--json]
 
 **Sustained**: ``--agents`` agents each loop create → wait (a long-poll, renewed while pending) on
 their instance, spread over ``--tenants`` tenants and ``--instances`` instances of one fresh
@@ -10,8 +10,9 @@ database. An open-loop answerer offers ``--rate`` answers a second for ``--durat
 to the agent that has waited longest, through another instance than the agent's when there are
 two (so the wake crosses instances through NOTIFY); the offer keeps its schedule whatever the
 server's latency. Every answer is distinct, so the agent can tell it got its own. A call shed with
-503 and ``Retry-After`` (``limits.max_writes_in_flight``, ``--max-writes``) is counted and made
-again after the time it names, as a client should. Reported: answers accepted per second, submit
+503 and ``Retry-After`` (``limits.max_write_queue_ms``, ``--max-queue-ms``, 0 for none: the count
+alone; ``limits.max_writes_in_flight``, ``--max-writes``) is counted and made again after the time
+it names, as a client should. Reported: answers accepted per second, submit
 p50/p99 (each accepted call, send to 200), wake p50/p99 (the submit's 200 to the agent's wait
 returning the answer), 503s and whether each carried Retry-After, other errors; then, after a drain,
 what was lost: an accepted answer its agent never got, an agent woken twice or with another
@@ -84,22 +85,25 @@ def tenants(count: int) -> list[Tenant]:
                    {"Authorization": f"Bearer {ANSWER_KEY}{n}"}) for n in tenant_suffixes(count)]
 
 
-def config_text(url: str, *, secret: str, tenant_count: int, max_writes: int | None) -> str:
-    """The bench's config, with one server secret for every instance, more tenants and the write bound."""
+def config_text(url: str, *, secret: str, tenant_count: int, max_writes: int | None,
+                max_queue_ms: int | None = None) -> str:
+    """The bench's config, with one server secret for every instance, more tenants and the write bounds."""
     text = config_toml(url, tenants=tenant_count)
     if max_writes is not None:
         text = text.replace("[limits]\n", f"[limits]\nmax_writes_in_flight = {max_writes}\n", 1)
+    if max_queue_ms is not None:
+        text = text.replace("[limits]\n", f"[limits]\nmax_write_queue_ms = {max_queue_ms}\n", 1)
     return text + f'\n[security]\nsecret = "{secret}"\n'
 
 
 @contextlib.asynccontextmanager
 async def instances(url: str, tmp: Path, *, count: int, tenant_count: int, max_writes: int | None,
-                    tag: str) -> Any:
+                    tag: str, max_queue_ms: int | None = None) -> Any:
     """``count`` instances of ``handraise serve`` on one database, started one after the other (the first
     migrates it); yields them and the config file (for ``handraise journal verify``)."""
     config = tmp / f"{tag}.toml"
     config.write_text(config_text(url, secret=secrets.token_hex(32), tenant_count=tenant_count,
-                                  max_writes=max_writes), encoding="utf-8")
+                                  max_writes=max_writes, max_queue_ms=max_queue_ms), encoding="utf-8")
     async with contextlib.AsyncExitStack() as stack:
         servers = [await stack.enter_async_context(
             handraise_server(storage_url=url, workdir=tmp, name=f"{tag}-{i}", config=config)) for i in range(count)]
@@ -285,12 +289,13 @@ async def offered_load(servers: list[Running], args: argparse.Namespace) -> dict
         "lost": len(lost), "woken_twice": len(doubled), "wrong_answer": len(wrong), "woken_unanswered": len(unasked),
         "server_cpu_percent": round(100 * cpu / elapsed), "client_cpu_percent": round(100 * client / elapsed),
         "ok": not (lost or doubled or wrong or unasked),
+        "load_avg_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 
 async def sustained(url: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     async with instances(url, tmp, count=args.instances, tenant_count=args.tenants, max_writes=args.max_writes,
-                         tag="sustained") as (servers, config):
+                         max_queue_ms=args.max_queue_ms, tag="sustained") as (servers, config):
         out = await offered_load(servers, args)
     db = await journal_check(url, config)
     out.update(db)
@@ -338,7 +343,7 @@ async def one_vs_two(url: str, tmp: Path, args: argparse.Namespace) -> dict[str,
         floor_rate = (await cycles(floor, workers=args.workers, duration=args.cycle_duration)).per_second
     ts = tenants(args.tenants)
     async with instances(url, tmp, count=2, tenant_count=args.tenants, max_writes=args.max_writes,
-                         tag="cycles") as (servers, _config):
+                         max_queue_ms=args.max_queue_ms, tag="cycles") as (servers, _config):
         def lanes(on: list[Running]) -> list[Lane]:
             return [Lane(s, t.ask, t.answer) for s in on for t in ts]
 
@@ -368,7 +373,7 @@ def render(report: dict[str, Any]) -> str:
             f"{s['rate_offered']:g} answers/s offered for {s['duration_s']} s",
             f"  accepted {s['accepted']} ({s['accepted_per_s']}/s); offered with no agent waiting "
             f"{s['offered_without_a_waiter']}; server CPU {s['server_cpu_percent']} %, client CPU "
-            f"{s['client_cpu_percent']} %",
+            f"{s['client_cpu_percent']} %; load average after {s.get('load_avg_after')}",
             f"  submit p50 {s['submit_p50_ms']} ms, p99 {s['submit_p99_ms']} ms (target < {TARGET_SUBMIT_P99_MS:g}); "
             f"wake p50 {s['wake_p50_ms']} ms, p99 {s['wake_p99_ms']} ms (target < {TARGET_WAKE_P99_MS:g})",
             f"  503 shed {s['shed_503'] or 0} (without Retry-After: {s['shed_without_retry_after']}); "
@@ -392,9 +397,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     raise_fd_limit()
     report: dict[str, Any] = {"machine": machine()}
     with workdir() as tmp:
-        if args.agents:
+        if args.agents and args.floor:
             async with floor_server(workdir=tmp) as floor:
                 report["sustained_floor"] = await offered_load([floor], args)
+        if args.agents:
             async with postgres_url() as url:
                 report["sustained"] = await sustained(url, tmp, args)
         if args.cycles:
@@ -411,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=1, choices=[1, 2, 3], help="for the sustained run")
     parser.add_argument("--tenants", type=int, default=1, help="tenants the agents are dealt over (default 1)")
     parser.add_argument("--max-writes", type=int, default=None, help="limits.max_writes_in_flight (server default)")
+    parser.add_argument("--max-queue-ms", type=int, default=None,
+                        help="limits.max_write_queue_ms (server default; 0: the count alone)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the floor's sustained run")
     parser.add_argument("--cycle-duration", type=float, default=10.0, help="seconds of each cycle run (default 10)")
     parser.add_argument("--workers", type=int, default=16, help="agents looping in the cycle runs (default 16)")
     parser.add_argument("--no-cycles", dest="cycles", action="store_false", help="skip one vs two instances")

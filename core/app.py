@@ -70,6 +70,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     # Find the channels first: a configured one that cannot be imported fails before anything opens.
     classes = load_enabled(settings) if connector_classes is None else connector_classes
     admission = WriteAdmission(limit=settings.limits.max_writes_in_flight,
+                               max_queue_seconds=settings.limits.max_write_queue_ms / 1000,
                                retry_after=settings.limits.overload_retry_after_seconds)
     # The error handler is outermost: an overloaded refusal is written as the flat envelope too.
     app = web.Application(middlewares=[error_middleware, admission.middleware()],
@@ -91,7 +92,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app[KEYRING] = Keyring(settings=settings, store=store)
     app[INBOX] = InboxAccess(settings=settings, store=store)
     app[HTTP_SESSION] = http
-    app[METRICS] = metrics = Metrics(service=service)
+    app[METRICS] = metrics = Metrics(service=service, admission=admission)
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
                   events_routes.routes, annotation_routes.routes, run_routes.routes, inbox_routes.routes,

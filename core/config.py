@@ -149,9 +149,13 @@ class LimitsSettings(_Section):
     # within the window; beyond it 429 with Retry-After, and nothing is journaled.
     max_failed_attempts: int = Field(default=20, ge=1)
     failed_attempts_window_seconds: float = Field(default=300.0, gt=0)
-    # Backpressure: writes (POST and the like) one instance works on at once; past it 503 overloaded
-    # with Retry-After at once, nothing done. 0: no bound.
+    # Backpressure: a write (POST and the like) that would queue longer than this behind the ones in
+    # flight, estimated from this instance's measured drain rate, is refused at once with 503 overloaded
+    # and Retry-After, nothing done. 0: no time bound.
+    max_write_queue_ms: int = Field(default=100, ge=0, le=60000)
+    # A hard cap on writes one instance works on at once, whatever their timing. 0: no bound.
     max_writes_in_flight: int = Field(default=128, ge=0)
+    # The least Retry-After of a shed write (the rest is the measured time to drain, at most 60 s).
     overload_retry_after_seconds: int = Field(default=1, ge=1, le=60)
 
     @model_validator(mode="after")

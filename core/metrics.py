@@ -18,6 +18,7 @@ from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, RUN_ANNOTAT
 
 if TYPE_CHECKING:
     from handraise.core.api import RequestView
+    from handraise.core.http.admission import WriteAdmission
     from handraise.core.service import RequestService
 
 # The text format every Prometheus reads (generate_latest writes it; newer clients call it 1.0.0).
@@ -31,7 +32,7 @@ _HTTP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0
 class Metrics:
     """The counters, histograms and gauges of one running application."""
 
-    def __init__(self, *, service: RequestService) -> None:
+    def __init__(self, *, service: RequestService, admission: WriteAdmission | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests_created = Counter("handraise_requests_created", "Requests created on this instance",
@@ -57,6 +58,18 @@ class Metrics:
         subscribers = Gauge("handraise_sse_subscribers", "Open event streams (GET /v1/events) on this instance",
                             registry=r)
         subscribers.set_function(lambda: service.bus.subscriber_count)
+        self.writes_shed = Counter("handraise_writes_shed", "Writes refused with 503 overloaded, by reason: "
+                                   "queue (would wait past limits.max_write_queue_ms) or count "
+                                   "(limits.max_writes_in_flight)", ["reason"], registry=r)
+        if admission is not None:
+            for reason in admission.shed_by:
+                self.writes_shed.labels(reason)  # both series from the start, at 0
+            admission.on_shed = self.on_shed
+            in_flight = Gauge("handraise_writes_in_flight", "Writes being worked on by this instance", registry=r)
+            in_flight.set_function(lambda: admission.in_flight)
+            queue = Gauge("handraise_write_queue_seconds", "How long a write admitted now would queue "
+                          "(the estimate admission compares with limits.max_write_queue_ms)", registry=r)
+            queue.set_function(admission.expected_wait)
         self._clock = service.clock
         service.bus.add_listener(self.on_event)
         service.on_wake = self.on_wake
@@ -83,6 +96,9 @@ class Metrics:
 
     def on_delivery(self, channel: str, outcome: str) -> None:
         self.deliveries.labels(channel, outcome).inc()
+
+    def on_shed(self, reason: str) -> None:
+        self.writes_shed.labels(reason).inc()
 
     def on_http(self, method: str, status: int, seconds: float) -> None:
         self.http_requests.labels(method, str(status)).inc()
