@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
+from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
+from handraise.core.cursors import CursorSigner, Position
 from handraise.core.errors import ExpiredError, LinkUsedError, NotFoundError, ValidationFailedError
 from handraise.core.store import Store
 
-__all__ = ["SESSION_SCOPES", "SIGNIN_PATH", "InboxAccess", "InboxSession", "MintedSignin", "check_name"]
+__all__ = ["SESSION_SCOPES", "SIGNIN_PATH", "HistoryPage", "InboxAccess", "InboxSession", "MintedSignin", "check_name"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,15 @@ def _scopes(text: str) -> frozenset[str]:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of the inbox's history and the cursors of the pages beside it (None: no such page)."""
+
+    views: list[RequestView]
+    older: str | None
+    newer: str | None
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ class InboxAccess:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self._cursors: CursorSigner | None = None
 
     async def mint(self, *, tenant_id: str, name: str, created_by: str,
                    scopes: frozenset[str] | set[str] = frozenset(SESSION_SCOPES)) -> MintedSignin:
@@ -166,12 +178,51 @@ class InboxAccess:
 
     async def requests(self, session: InboxSession, *, statuses: tuple[str, ...], run_id: str | None = None,
                        channel: str | None = None, created_by: str | None = None, since: float | None = None,
-                       until: float | None = None, offset: int = 0, limit: int = 50) -> list[RequestView]:
-        """The session's tenant's requests, newest first, each with its deliveries."""
+                       until: float | None = None, limit: int = 50) -> list[RequestView]:
+        """The session's tenant's newest requests, each with its deliveries."""
         pending_only = statuses == ("pending",)
         rows = await self.store.inbox.requests_page(
             session.tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by, since=since,
-            until=until, unexpired_at=self.clock() if pending_only else None, offset=offset, limit=limit)
+            until=until, unexpired_at=self.clock() if pending_only else None, limit=limit)
+        return await self._views(session, rows)
+
+    async def history(self, session: InboxSession, *, statuses: tuple[str, ...], run_id: str | None = None,
+                      channel: str | None = None, created_by: str | None = None, since: float | None = None,
+                      until: float | None = None, older: str | None = None, newer: str | None = None,
+                      limit: int = 25) -> HistoryPage:
+        """A page of the session's tenant's finished requests, newest first: the newest, or the one just
+        older than the cursor ``older`` or just newer than ``newer`` (cursors a previous page gave out for
+        these same filters; another one is BadRequestError). Every page is an index range, not an OFFSET."""
+        scope = {"list": "inbox history", "tenant": session.tenant_id, "statuses": ",".join(statuses),
+                 "run_id": run_id, "channel": channel, "created_by": created_by,
+                 "since": None if since is None else repr(since), "until": None if until is None else repr(until)}
+        signer = self._signer()
+        older_pos = signer.decode(older, scope=scope) if older is not None else None
+        newer_pos = signer.decode(newer, scope=scope) if newer is not None and older_pos is None else None
+        rows = await self.store.inbox.requests_page(
+            session.tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by, since=since,
+            until=until, limit=limit + 1,
+            older_than=None if older_pos is None else (older_pos.created_at, older_pos.id),
+            newer_than=None if newer_pos is None else (newer_pos.created_at, newer_pos.id))
+        more = len(rows) > limit
+        # Paging newer, the extra row is the newest (the rows come newest first): drop it, not the oldest.
+        rows = rows[1:] if more and newer_pos is not None else rows[:limit]
+        views = await self._views(session, rows)
+
+        def cursor(view: RequestView) -> str:
+            return signer.encode(Position(view.created_at, view.id), scope=scope)
+
+        has_older = more if newer_pos is None else True
+        has_newer = (older_pos is not None) if newer_pos is None else more
+        return HistoryPage(views=views, older=cursor(views[-1]) if views and has_older else None,
+                           newer=cursor(views[0]) if views and has_newer else None)
+
+    def _signer(self) -> CursorSigner:
+        if self._cursors is None:
+            self._cursors = CursorSigner(self.store.secret.key(CURSOR_KEY_PURPOSE))
+        return self._cursors
+
+    async def _views(self, session: InboxSession, rows: list[dict]) -> list[RequestView]:
         deliveries = await self.store.deliveries.for_requests(session.tenant_id, [r["id"] for r in rows])
         return [RequestView.from_row(r, deliveries=deliveries.get(r["id"], [])) for r in rows]
 

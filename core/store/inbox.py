@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, update
 
 from handraise.core.models import InboxSessionRow, InboxSigninRow, JournalRow, RequestRow
 from handraise.core.store.listing import tenant_requests
@@ -68,13 +68,25 @@ class InboxRecords:
 
     async def requests_page(self, tenant_id: str, *, statuses: tuple[str, ...], run_id: str | None = None,
                             channel: str | None = None, created_by: str | None = None, since: float | None = None,
-                            until: float | None = None, unexpired_at: float | None = None, offset: int = 0,
+                            until: float | None = None, unexpired_at: float | None = None,
+                            older_than: tuple[float, str] | None = None, newer_than: tuple[float, str] | None = None,
                             limit: int = 50) -> list[dict[str, Any]]:
-        """The tenant's requests, newest first, filtered as the inbox's list and history ask."""
+        """The tenant's requests, newest first, filtered as the inbox's list and history ask: the newest
+        ``limit``, or a keyset page (no OFFSET) of the ``limit`` just older than ``older_than``, or just newer
+        than ``newer_than``, each a (created_at, id) position; ids break ties of equal times."""
         stmt = tenant_requests(tenant_id, statuses=statuses, run_id=run_id, channel=channel, created_by=created_by,
                                since=since, until=until, unexpired_at=unexpired_at)
-        stmt = stmt.order_by(requests_t.c.created_at.desc(), requests_t.c.id.desc()).offset(offset).limit(limit)
-        return await self._read(all_rows, stmt)
+        c = requests_t.c
+        if newer_than is not None:
+            created_at, request_id = newer_than
+            # The >= bound is what the index range starts from; the OR drops the rows up to the position.
+            stmt = stmt.where(c.created_at >= created_at, or_(c.created_at > created_at, c.id > request_id))
+            rows = await self._read(all_rows, stmt.order_by(c.created_at, c.id).limit(limit))
+            return rows[::-1]
+        if older_than is not None:
+            created_at, request_id = older_than
+            stmt = stmt.where(c.created_at <= created_at, or_(c.created_at < created_at, c.id < request_id))
+        return await self._read(all_rows, stmt.order_by(c.created_at.desc(), c.id.desc()).limit(limit))
 
     async def journal_head(self, tenant_id: str) -> int:
         """The tenant's newest journal seq (0 before its first entry)."""

@@ -394,14 +394,79 @@ async def test_history_filters_and_pages(tmp_path: Path) -> None:
         assert "Answered one" in html and "Cancelled one" not in html
         html = (await browser.get("/inbox/history?since=2999-01-01"))[1]
         assert "Answered one" not in html
-        for bad in ("status=pending", "status=x", "since=yesterday", "page=0", "page=-1", "channel=%3Cb%3E"):
+        for bad in ("status=pending", "status=x", "since=yesterday", "older=x", "newer=" + "a" * 300,
+                    "channel=%3Cb%3E"):
             assert (await browser.get(f"/inbox/history?{bad}"))[0] == 400, bad
         for i in range(26):
             r = await ask(api, message_for_user=f"Bulk {i:02d}")
             await api.call("POST", f"/v1/requests/{r['id']}/cancel")
         first_page = (await browser.get("/inbox/history"))[1]
         assert "Bulk 25" in first_page and "Answered one" not in first_page and 'rel="next"' in first_page
-        assert "Answered one" in (await browser.get("/inbox/history?page=2"))[1]
+        assert 'rel="prev"' not in first_page
+        older = (await browser.get(pager_link(first_page, "next")))[1]
+        assert "Answered one" in older and "Cancelled one" in older and "Bulk 25" not in older
+        assert 'rel="next"' not in older
+        assert pager_link(first_page, "next").count("status=") == 0
+        newer = (await browser.get(pager_link(older, "prev")))[1]
+        assert cards(newer) == cards(first_page) and 'rel="prev"' not in newer
+
+
+def cards(html: str) -> list[str]:
+    """The request ids a list page shows, in order."""
+    return re.findall(r'<li class="card[^"]*" data-id="([^"]+)"', html)
+
+
+def pager_link(html: str, rel: str) -> str:
+    found = re.search(rf'<a href="([^"]+)" rel="{rel}">', html)
+    assert found, f"no {rel} link"
+    return found.group(1).replace("&amp;", "&")
+
+
+async def test_history_pages_by_signed_cursor_and_refuses_a_forged_altered_or_foreign_one(
+        tmp_path: Path, storage_url: str) -> None:
+    """Keyset pages (no OFFSET) on SQLite and PostgreSQL: each page starts where the last ended, rows
+    created meanwhile shift nothing, and a cursor altered, forged, made for other filters or given out to
+    another tenant is refused with 400 rather than read as a position."""
+    config = named(base_config(storage_url), tenant="Acme Ops", agent="Deploy bot")
+    async with web_app(settings_from(config)) as api, signed_in(api) as browser, \
+            signed_in(api, "Gina", key=OTHER_OPERATOR_KEY) as globex:
+        run = f"run-{time.monotonic_ns()}"
+        made = []
+        for i in range(60):  # creation times may tie on a coarse clock: ids break the ties
+            r = await ask(api, message_for_user=f"Paged {i:02d}", run_id=run)
+            assert (await api.call("POST", f"/v1/requests/{r['id']}/cancel"))[0] == 200
+            made.append(r["id"])
+        seen, html, pages = [], (await browser.get(f"/inbox/history?run={run}"))[1], 0
+        while True:
+            pages += 1
+            seen += cards(html)
+            if 'rel="next"' not in html:
+                break
+            link = pager_link(html, "next")
+            if pages == 1:
+                first_older = link
+                late = await ask(api, message_for_user="Late one", run_id=run)  # newer than every page
+                await api.call("POST", f"/v1/requests/{late['id']}/cancel")
+            status, html, _ = await browser.get(link)
+            assert status == 200
+        assert pages == 3 and seen == made[::-1]  # every row once, newest first, the late one on no page
+        cursor = re.search(r"older=([^&]+)", first_older).group(1)
+
+        refused = {
+            "altered": first_older.replace(cursor, cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")),
+            "forged": first_older.replace(cursor, cursor.split(".")[0] + "." + "A" * 22),
+            "another run": first_older.replace(f"run={run}", "run=run-other"),
+            "another status": first_older.replace("older=", "newer=") + "&status=expired",
+        }
+        for what, link in refused.items():
+            status, html, _ = await browser.get(link)
+            assert status == 400 and "cursor is not one this server gave out" in html, what
+            assert "Paged" not in html, what
+        # Another tenant's operator with acme's cursor: refused, and nothing of acme's shown.
+        status, html, _ = await globex.get(first_older)
+        assert status == 400 and "Paged" not in html
+        # The same cursor, still valid for its own list, pages as before.
+        assert cards((await browser.get(first_older))[1]) == made[::-1][25:50]
 
 
 async def test_the_run_page_lists_requests_annotations_and_records_one(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from handraise.core.errors import (
     RequestCancelledError,
     UnauthorizedError,
 )
+from handraise.core.cursors import MAX_CURSOR_CHARS
 from handraise.core.events import REQUEST_CREATED, REQUEST_RESOLVED, REQUEST_SCHEDULED, REQUEST_VOTED
 from handraise.core.http.events import resume_point, serve_stream
 from handraise.core.inbox import InboxSession
@@ -75,6 +76,8 @@ log = logging.getLogger(__name__)
 _ASSETS = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
 _TERMINAL = ("answered", "expired", "cancelled")
 _PAGE = 25
+# The history's keyset cursors (core/cursors.py): the page just older, or just newer, than a position.
+_CURSORS = ("older", "newer")
 _CHANNEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _MAX_ID = 200
 _ANNOTATION_KINDS = ("rating", "flag", "label", "correction")
@@ -402,16 +405,19 @@ class Inbox:
         if session is None:
             return await self._signed_out(request)
         filters, problems = _history_filters(request.query)
-        page = filters.pop("page")
-        views = [] if problems else await request.app[INBOX].requests(
-            session, offset=(page - 1) * _PAGE, limit=_PAGE + 1, **filters)
-        more = len(views) > _PAGE
+        page = None
+        if not problems:
+            try:
+                page = await request.app[INBOX].history(session, limit=_PAGE, **filters)
+            except BadRequestError as e:  # a cursor altered, forged, or given out for another list
+                problems.append(str(e))
         rows = [{"card": self.card(v), "outcome": wording.headline(v, who=self._who(v)),
                  "answer": wording.answer_lines(v) if v.has_response and not v.sensitive else [],
-                 "resolved_at": iso(v.resolved_at)} for v in views[:_PAGE]]
-        query = {k: v for k, v in request.query.items() if k != "page" and v}
+                 "resolved_at": iso(v.resolved_at)} for v in (page.views if page else [])]
+        query = {k: v for k, v in request.query.items() if k not in _CURSORS and v}
         return await self._page(request, "inbox/history.html", session=session, status=400 if problems else 200,
-                                title="History", rows=rows, problems=problems, query=query, page=page, more=more,
+                                title="History", rows=rows, problems=problems, query=query,
+                                older=page.older if page else None, newer=page.newer if page else None,
                                 channels=sorted(wording.CHANNEL_NAMES), link=_query_link)
 
     # -- runs --------------------------------------------------------------------------
@@ -508,14 +514,14 @@ def _history_filters(query: Any) -> tuple[dict[str, Any], list[str]]:
                     if len(raw) <= 10 else dt.datetime.fromisoformat(raw).timestamp()
             except ValueError:
                 problems.append(f"{name} must be a date (YYYY-MM-DD)")
-    raw_page = query.get("page") or "1"
-    page = int(raw_page) if raw_page.isdigit() and 0 < len(raw_page) <= 6 and int(raw_page) >= 1 else 0
-    if page == 0:
-        problems.append("page must be a positive whole number")
+    cursors = {name: query.get(name) or None for name in _CURSORS}
+    for name, value in cursors.items():
+        if value is not None and len(value) > MAX_CURSOR_CHARS:
+            problems.append(f"{name} is not a page this server gave out")
     if agent is not None and ":" not in agent:
         agent = f"agent:{agent}"
     return {"statuses": statuses, "channel": channel, "run_id": run_id, "created_by": agent, "since": times["since"],
-            "until": times["until"], "page": max(page, 1)}, problems
+            "until": times["until"], **cursors}, problems
 
 
 def _query_link(query: dict[str, str], **changes: Any) -> str:
