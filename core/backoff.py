@@ -2,7 +2,7 @@
 
 Written once, as errbot's ``_delay_reconnect`` is, but with ``asyncio.sleep``: ``Backoff`` says how long
 to pause, ``retry`` calls a step until it succeeds, ``run_forever`` calls a loop's step again whenever
-it returns or fails.
+it returns or fails, ``while_unavailable`` makes a store call again while the store does not answer.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+from handraise.core.errors import UnavailableError
 
 T = TypeVar("T")
 
@@ -58,4 +60,20 @@ async def run_forever(step: Callable[[], Awaitable[None]], *, backoff: Backoff, 
             raise
         except Exception as e:
             log.warning("%s failed (%s)", what, type(e).__name__)
+        await asyncio.sleep(backoff.next())
+
+
+async def while_unavailable(call: Callable[[], Awaitable[T]], *, log: logging.Logger, what: str) -> T:
+    """``call()``, made again while the store answers ``UnavailableError`` (PostgreSQL stopped, restarting,
+    unreachable; its breaker refuses at once, so the pause is here): a task with work half done (a message
+    posted, its ``sent`` not yet written) waits for the store instead of dying with it."""
+    backoff = Backoff(initial=0.2, cap=5.0)
+    warned = False
+    while True:
+        try:
+            return await call()
+        except UnavailableError:
+            if not warned:
+                log.warning("%s: the store does not answer; waiting for it", what)
+                warned = True
         await asyncio.sleep(backoff.next())

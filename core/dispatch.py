@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
-from handraise.core.backoff import Backoff
+from handraise.core.backoff import Backoff, while_unavailable
 from handraise.core.connectors import Connector
 from handraise.core.deliveries import Delivery, DeliveryLog
 from handraise.core.errors import ConnectorError, NotFoundError
@@ -29,6 +29,8 @@ from handraise.core.redaction import redact
 from handraise.core.service import RequestService
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Refs of reminder messages are kept inside the original delivery's ref under this key.
 REMINDER_REFS = "_reminders"
@@ -207,7 +209,8 @@ class Dispatcher(Recovery):
         # Most requests of a web-only tenant go nowhere: decide that before reading the store.
         if not self._delivers(tenant_id, channels):
             return
-        view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+        view = await _stored(lambda: self.service.get(tenant_id=tenant_id, request_id=request_id,
+                                                      with_deliveries=False))
         for channel in view.channels:
             connector = self.connectors.get(channel)
             if connector is None:
@@ -216,8 +219,8 @@ class Dispatcher(Recovery):
             if not targets:
                 log.debug("channel serves no target for this tenant",
                           extra={"request_id": request_id, "channel": channel, "tenant_id": tenant_id})
-            opened = [await self.deliveries.open(tenant_id=tenant_id, request_id=request_id, channel=channel,
-                                                 target=target) for target in targets]
+            opened = [await _stored(lambda t=target, c=channel: self.deliveries.open(  # type: ignore[misc]
+                tenant_id=tenant_id, request_id=request_id, channel=c, target=t)) for target in targets]
             fallback = connector.fallback_targets(view)
             if fallback and opened:
                 self._spawn(request_id, self._deliver_or_fall_back(connector, view, opened, fallback))
@@ -265,7 +268,8 @@ class Dispatcher(Recovery):
         if sent is None:
             return False
         # Resolved while we were sending: the withdraw pass may have missed this message.
-        after = await self.service.get(tenant_id=view.tenant_id, request_id=view.id, with_deliveries=False)
+        after = await _stored(lambda: self.service.get(tenant_id=view.tenant_id, request_id=view.id,
+                                                       with_deliveries=False))
         if after.terminal:
             await self._withdraw_one(connector, after, delivery, sent)
             return True
@@ -288,13 +292,15 @@ class Dispatcher(Recovery):
         attempt = first_attempt - 1
         while True:
             attempt += 1
+            # Each store call here waits out an outage of the store (a task that died would leave a message
+            # posted and not recorded, which the recovery pass would post again).
             try:
-                current = await self.service.get(tenant_id=view.tenant_id, request_id=view.id,
-                                                 with_deliveries=False)
+                current = await _stored(lambda: self.service.get(tenant_id=view.tenant_id, request_id=view.id,
+                                                                 with_deliveries=False))
             except NotFoundError:
                 return None
             if while_pending and current.terminal:
-                await self.deliveries.update(delivery, status="withdrawn", attempts=attempt - 1)
+                await _stored(lambda: self.deliveries.update(delivery, status="withdrawn", attempts=attempt - 1))
                 return None
             try:
                 ref = await send(current)
@@ -304,11 +310,11 @@ class Dispatcher(Recovery):
                 error = _as_connector_error(e)
                 message = _error_text(error)
                 final = error.permanent or attempt >= self.max_attempts
-                await self.deliveries.record(
+                await _stored(lambda: self.deliveries.record(
                     delivery, event="delivery_failed", run_id=view.run_id,
                     data={"attempt": attempt, "error": message, "final": final,
                           **({"retry_after": error.retry_after} if error.retry_after is not None else {})},
-                    status="failed" if final else "pending", attempts=attempt, last_error=message)
+                    status="failed" if final else "pending", attempts=attempt, last_error=message))
                 log.warning("delivery failed", extra={"request_id": view.id, "channel": channel,
                                                       "attempt": attempt, "final": final, "error": message[:200]})
                 self._count(channel, "failed" if final else "retry")
@@ -322,8 +328,9 @@ class Dispatcher(Recovery):
                 continue
             ref = ref or {}
             self._count(channel, "sent")
-            await self.deliveries.record(delivery, event="delivered", run_id=view.run_id, data={"attempt": attempt},
-                                         status="sent", attempts=attempt, last_error=None, ref=ref)
+            await _stored(lambda: self.deliveries.record(delivery, event="delivered", run_id=view.run_id,
+                                                         data={"attempt": attempt}, status="sent", attempts=attempt,
+                                                         last_error=None, ref=ref))
             return ref
 
     # -- callbacks -------------------------------------------------------------
@@ -551,10 +558,15 @@ class Dispatcher(Recovery):
                 pause = backoff.next()
                 await asyncio.sleep(error.retry_after if error.retry_after is not None else pause)
                 continue
-            await self.deliveries.record(delivery, event="withdrawn", run_id=view.run_id,
-                                         data={"status": view.status}, status="withdrawn", last_error=None)
+            await _stored(lambda: self.deliveries.record(delivery, event="withdrawn", run_id=view.run_id,
+                                                         data={"status": view.status}, status="withdrawn",
+                                                         last_error=None))
             self._count(connector.name, "withdrawn")
             return
+
+
+def _stored(call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+    return while_unavailable(call, log=log, what="delivery")
 
 
 def _main_ref(ref: dict[str, Any]) -> dict[str, Any]:

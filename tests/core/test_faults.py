@@ -35,7 +35,7 @@ from conftest import AGENT_KEY, OPERATOR_KEY, base_config, running_app, settings
 from handraise.core.api import RequestView
 from handraise.core.appkeys import CONNECTORS, DELIVERIES, DISPATCHER, SERVICE, STORE
 from handraise.core.connectors import Connector
-from handraise.core.errors import UnavailableError
+from handraise.core.errors import ConnectorError, UnavailableError
 from handraise.core.store.breaker import StoreBreaker
 
 STALL_SECONDS = 2.0
@@ -476,3 +476,66 @@ async def test_a_tally_edit_left_by_a_dead_instance_on_a_pending_request_gives_t
         assert (await a.submit("stuck-2", "done"))[0] == 200
         await a.app[DISPATCHER].idle()
         assert a.app[CONNECTORS]["counting"].withdrawn == [req["id"]]
+
+
+class GatedConnector(CountingConnector):
+    """Each post waits at its request's gate; a request listed in ``fail_once`` fails its first post (a
+    messenger hiccup, retried after the backoff)."""
+
+    name: ClassVar[str] = "gated"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: dict[str, asyncio.Event] = {}
+        self.fail_once: set[str] = set()
+        self.posted: list[str] = []  # the posts that reached the chat (the others raised)
+
+    async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
+        self.delivered.append(request.unique_id)
+        self.started.setdefault(request.unique_id, asyncio.Event()).set()
+        await self.gates.setdefault(request.unique_id, asyncio.Event()).wait()
+        if request.unique_id in self.fail_once:
+            self.fail_once.discard(request.unique_id)
+            raise ConnectorError("messenger hiccup")
+        self.posted.append(request.unique_id)
+        return {"message": request.unique_id}
+
+
+async def test_deliveries_under_way_when_postgresql_stops_are_posted_once_and_recorded_after_it_is_back(
+        private_pg: PgCluster) -> None:
+    """Two requests created just before the outage, their posts under way when the server stops: one post
+    succeeds (its 'sent' cannot be written yet), one fails (its failure cannot be written, then its retry
+    cannot read the request). The delivery tasks wait for the store instead of dying: once it is back each
+    request is posted exactly once, recorded ``sent`` with one ``delivered`` entry, and a recovery pass
+    afterwards (even one that takes every delivery for abandoned) posts nothing more."""
+    url = await asyncio.to_thread(private_pg.create_database, "handraise")
+    config = base_config(url, storage={"url": url, "connect_timeout_seconds": BOUND_S})
+    async with running_app(settings_from(config), connector_classes=[GatedConnector]) as a:
+        dispatcher, chat = a.app[DISPATCHER], a.app[CONNECTORS]["gated"]
+        dispatcher.backoff_initial = dispatcher.backoff_cap = 0.2
+        chat.fail_once.add("out-2")
+        ids = {}
+        for uid in ("out-1", "out-2"):
+            ids[uid] = (await a.create(body(uid) | {"channels": ["gated"]}))["id"]
+            await asyncio.wait_for(chat.started.setdefault(uid, asyncio.Event()).wait(), 10)
+        await asyncio.to_thread(private_pg.stop)
+        for uid in ("out-1", "out-2"):
+            chat.gates[uid].set()
+        # The server stays away for a while: the tasks meet it refusing (and the breaker open).
+        await until(lambda: a.app[STORE].breaker.lost_since is not None, what="the store found the server gone")
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(private_pg.start)
+        await asyncio.wait_for(dispatcher.idle(), 30)
+        assert sorted(chat.posted) == ["out-1", "out-2"], chat.posted
+        for uid, request_id in ids.items():
+            delivery, = await a.app[DELIVERIES].of_request(tenant_id="acme", request_id=request_id)
+            assert delivery.status == "sent", (uid, delivery)
+            events = [e["event"] for e in await a.journal(request_id)]
+            assert events.count("delivered") == 1, (uid, events)
+        # A pass that finds nothing abandoned sends nothing again (as after the stale horizon).
+        dispatcher.backoff_cap = -1000.0  # every pending delivery counts as abandoned now
+        await dispatcher.recover()
+        await asyncio.wait_for(dispatcher.idle(), 30)
+        assert sorted(chat.posted) == ["out-1", "out-2"]
+        assert await a.app[STORE].verify_journal() == []
