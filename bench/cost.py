@@ -8,7 +8,8 @@ counts below are the server's alone:
 
 - **store calls**: calls of the ``Store``'s public methods, transactions and readers included;
 - **SQL statements**: statements the drivers executed, with the write transactions' BEGIN and
-  COMMIT/ROLLBACK counted on PostgreSQL (each is a round trip there, so this is the round-trip count);
+  COMMIT/ROLLBACK counted on PostgreSQL (each is a round trip there, so this is the round-trip count),
+  and there the hot units' statements on the raw asyncpg connection (asyncpg's query logger);
 - **Python calls**: function calls on the server's event-loop thread (cProfile), the floor's own
   count beside it for the HTTP layer's share;
 - **CPU ms**: the server's CPU time per cycle (process CPU less the client thread's); this one does
@@ -82,6 +83,12 @@ def _count_store(store: Any, counts: Counts) -> None:
 
 
 def _count_sql(engine: Any, counts: Counts, *, transactions: bool) -> None:
+    """SQLAlchemy's statements (and, with ``transactions``, its BEGIN and COMMIT/ROLLBACK), plus on
+    PostgreSQL the statements run on the raw asyncpg connection (core/store/pgunits.py), counted by
+    asyncpg's query logger on every connection the pool hands out. SQLAlchemy's own statements are
+    prepared statements, which asyncpg does not log; its BEGIN/COMMIT are, so the logger skips them."""
+    import weakref
+
     from sqlalchemy import event
 
     def statement(*_a: Any, **_k: Any) -> None:
@@ -91,6 +98,21 @@ def _count_sql(engine: Any, counts: Counts, *, transactions: bool) -> None:
     if transactions:
         for name in ("begin", "commit", "rollback"):
             event.listen(engine, name, statement)
+    if engine.dialect.name != "postgresql":
+        return
+    logged: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def raw_statement(record: Any) -> None:
+        if not record.query.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+            counts.sql += 1
+
+    def checkout(dbapi_connection: Any, *_a: Any) -> None:
+        raw = dbapi_connection.driver_connection
+        if raw not in logged:
+            logged.add(raw)
+            raw.add_query_logger(raw_statement)
+
+    event.listen(engine.pool, "checkout", checkout)
 
 
 async def _handraise_app(storage_url: str, tmp: Path, counts: Counts) -> web.Application:

@@ -134,7 +134,7 @@ class Journal:
         self._dialect = dialect
         self._key = key
 
-    def _chain_key(self) -> bytes:
+    def chain_key(self) -> bytes:
         if self._key is None:
             raise RuntimeError("the store was opened without the server secret: the journal cannot be written")
         return self._key
@@ -142,7 +142,7 @@ class Journal:
     def append_in(self, c: Connection, row: dict[str, Any],
                   notify: tuple[str, Mapping[str, Any]] | None = None) -> JournalEntry:
         """Append ``row`` (``entry_row``) inside a unit of work already running on ``c``."""
-        return _append(c, self._chain_key(), self._dialect, row, notify)
+        return _append(c, self.chain_key(), self._dialect, row, notify)
 
     async def append(self, conn: StoreConnection, *, tenant_id: str, event: str, request_id: str | None = None,
                      run_id: str | None = None, principal: str | None = None, channel: str | None = None,
@@ -151,7 +151,7 @@ class Journal:
         tenant's head stays locked from here to the end of the transaction)."""
         row = entry_row(tenant_id=tenant_id, event=event, request_id=request_id, run_id=run_id,
                         principal=principal, channel=channel, data=data, at=at)
-        return await conn.run(_append, self._chain_key(), self._dialect, row)
+        return await conn.run(_append, self.chain_key(), self._dialect, row)
 
     async def entries(self, *, tenant_id: str, request_id: str | None = None, after_seq: int = 0,
                       limit: int = 1000) -> list[JournalEntry]:
@@ -173,7 +173,7 @@ class Journal:
     async def verify(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
         """Every break, as sentences; [] when each chain is whole, reaches its anchor and agrees with the
         requests table."""
-        key = self._chain_key()
+        key = self.chain_key()
         problems: list[str] = []
         heads = await self.anchor()
         tenants = sorted(set(heads) | set(await self._read(_journal_tenants)) | set(anchor or {}))

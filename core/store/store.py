@@ -37,12 +37,12 @@ from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
+from handraise.core.store.pgunits import PgHotUnits
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import StateRecords
 from handraise.core.store.statements import (
     annotations_t,
     api_keys_t,
-    CANCEL_REQUEST,
     CANCEL_RETURNING,
     GET_ANNOTATION,
     GET_LINK_BY_HASH,
@@ -63,8 +63,6 @@ from handraise.core.store.statements import (
     RequestWithDeliveries,
     Resolution,
     RESOLVE,
-    RESOLVE_EXPIRED,
-    RESOLVE_UNEXPIRED,
     REVOKE_API_KEY,
     row_and_deliveries,
     SELECT_1,
@@ -167,6 +165,8 @@ class Store:
         self._engine: AsyncEngine | None = None
         self._read_engine: AsyncEngine | None = None
         self._runner: SqliteRunner | None = None
+        # PostgreSQL's hot units on raw asyncpg connections (core/store/pgunits.py); None on SQLite.
+        self._hot: PgHotUnits | None = None
         self._inserts = INSERTS[self.dialect]
         self.journal = Journal(read=self._read, dialect=self.dialect,
                                key=None if secret is None else secret.key("journal chain"))
@@ -234,6 +234,8 @@ class Store:
                                                     connect_args=named, isolation_level="AUTOCOMMIT",
                                                     hide_parameters=True)
             self._engine = engine
+            self._hot = PgHotUnits(write_engine=engine, read_engine=self._read_engine, key=self.journal.chain_key,
+                                   breaker=self.breaker)
             async with engine.begin() as conn:
                 # Two instances starting at once must not both run the migrations.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("migrations")})
@@ -264,6 +266,7 @@ class Store:
             if engine is not None:
                 await engine.dispose()
         self._engine = self._read_engine = None
+        self._hot = None
 
     async def ping(self) -> bool:
         try:
@@ -279,8 +282,9 @@ class Store:
     async def transaction(self) -> AsyncIterator[StoreConnection]:
         runner = self._runner
         if runner is None:
-            async with _pg_connection(self._pg_engine().begin(), self.breaker) as conn:
-                yield PgConnection(conn)
+            conn = PgConnection(lambda: _pg_connection(self._pg_engine().begin(), self.breaker))
+            async with conn.exits:
+                yield conn
             return
         task = runner.enter_write()
         tx = SqliteConnection(runner, write=True)
@@ -302,8 +306,9 @@ class Store:
         if runner is None:
             if self._read_engine is None:
                 raise UnavailableError("store is not open")
-            async with _pg_connection(self._read_engine.connect(), self.breaker) as conn:
-                yield PgConnection(conn)
+            reader = PgConnection(lambda: _pg_connection(self._read_engine.connect(), self.breaker))  # type: ignore[union-attr]
+            async with reader.exits:
+                yield reader
             return
         snapshot = SqliteConnection(runner, write=False)
         try:
@@ -382,10 +387,6 @@ class Store:
 
     # -- requests --------------------------------------------------------------
 
-    async def insert_request(self, conn: StoreConnection, row: Mapping[str, Any]) -> bool:
-        """Insert; False when (tenant, unique_id) exists already."""
-        return await conn.run(rowcount, self._inserts.request, dict(row)) == 1
-
     async def get_request(self, tenant_id: str, request_id: str, *,
                           conn: StoreConnection | None = None) -> dict[str, Any] | None:
         return await self._on(conn, first, GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
@@ -399,6 +400,8 @@ class Store:
                                           unique_id: str | None = None) -> RequestWithDeliveries | None:
         """The row and its delivery rows (channel, target, status, attempts, last_error, updated_at), in one
         statement, by id or by the agent's unique_id."""
+        if self._hot is not None:
+            return await self._hot.request_with_deliveries(tenant_id, request_id=request_id, unique_id=unique_id)
         if request_id is not None:
             return await self._read(row_and_deliveries, GET_REQUEST_JOINED, {"id": request_id,
                                                                               "tenant_id": tenant_id})
@@ -408,8 +411,12 @@ class Store:
     async def create_request(self, conn: StoreConnection, row: Mapping[str, Any], *, journal: Mapping[str, Any],
                              notify: Mapping[str, Any] | None = None) -> JournalEntry | None:
         """Insert and journal as one unit of work (NOTIFY folded into the journal's statement on PostgreSQL);
-        None when (tenant, unique_id) exists already."""
-        return await conn.run(self._create_unit, dict(row), entry_row(**journal), self._notify_arg(notify))
+        None when (tenant, unique_id) exists already. On PostgreSQL, as its transaction's first unit it is one
+        statement that commits at once (core/store/pgunits.py), so it must also be the transaction's last."""
+        args = (dict(row), entry_row(**journal), self._notify_arg(notify))
+        if self._hot is not None and conn.commit_alone():
+            return await self._hot.create(*args, fallback=lambda: self._write(self._create_unit, *args))
+        return await conn.run(self._create_unit, *args)
 
     def _create_unit(self, c: Connection, row: dict[str, Any], entry: dict[str, Any],
                      notify: tuple[str, Mapping[str, Any]] | None) -> JournalEntry | None:
@@ -424,18 +431,28 @@ class Store:
                       values: Mapping[str, Any], require_unexpired: bool, journal: Mapping[str, Any],
                       notify: Mapping[str, Any] | None = None, with_deliveries: bool = True) -> Resolution | None:
         """Compare-and-set pending → ``status`` and journal it, as one unit of work; None when another
-        writer won. ``journal`` is the entry's fields but its run id (the row's is used)."""
-        stmt = RESOLVE[require_unexpired]
-        params = {"status": status, "resolved_at": now, **values,
-                  "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
-        return await conn.run(self._resolve_unit, stmt, params, dict(journal), self._notify_arg(notify),
-                              with_deliveries)
+        writer won. ``journal`` is the entry's fields but its run id (the row's is used). On PostgreSQL,
+        as a transaction's first unit it commits at once (see ``create_request`` and pgunits.py)."""
+        sets = {"status": status, "resolved_at": now, **values}
+        where = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
+        return await self._change(conn, RESOLVE[require_unexpired], {**sets, **where}, sets, require_unexpired,
+                                  journal, notify, with_deliveries)
 
     async def cancel(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float, principal: str,
                      journal: Mapping[str, Any], notify: Mapping[str, Any] | None = None) -> Resolution | None:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
-        return await conn.run(self._resolve_unit, CANCEL_RETURNING, params, dict(journal),
-                              self._notify_arg(notify), True)
+        sets = {"status": "cancelled", "resolved_at": now, "resolved_by": principal, "resolved_via": "api"}
+        return await self._change(conn, CANCEL_RETURNING, params, sets, None, journal, notify, True)
+
+    async def _change(self, conn: StoreConnection, stmt: Any, params: dict[str, Any], sets: dict[str, Any],
+                      require_unexpired: bool | None, journal: Mapping[str, Any], notify: Mapping[str, Any] | None,
+                      with_deliveries: bool) -> Resolution | None:
+        args = (stmt, params, dict(journal), self._notify_arg(notify), with_deliveries)
+        if self._hot is not None and conn.commit_alone():
+            return await self._hot.change(sets=sets, where=params, require_unexpired=require_unexpired,
+                                          journal=journal, notify=args[3], with_deliveries=with_deliveries,
+                                          fallback=lambda: self._write(self._resolve_unit, *args))
+        return await conn.run(self._resolve_unit, *args)
 
     def _resolve_unit(self, c: Connection, stmt: Any, params: dict[str, Any], journal: dict[str, Any],
                       notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool) -> Resolution | None:
@@ -459,19 +476,6 @@ class Store:
                             limit: int = 100, after: tuple[float, str] | None = None) -> list[dict[str, Any]]:
         return await self._read(all_rows, list_requests_statement(tenant_id, status=status, run_id=run_id,
                                                                   limit=limit, after=after))
-
-    async def resolve_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, status: str,
-                              now: float, values: Mapping[str, Any], require_unexpired: bool) -> bool:
-        """Compare-and-set pending → ``status``. True for the one winner."""
-        stmt = RESOLVE_UNEXPIRED if require_unexpired else RESOLVE_EXPIRED
-        params = {"status": status, "resolved_at": now, **values,
-                  "w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
-        return await conn.run(rowcount, stmt, params) == 1
-
-    async def cancel_request(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float,
-                             principal: str) -> bool:
-        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
-        return await conn.run(rowcount, CANCEL_REQUEST, params) == 1
 
     async def overdue_requests(self, now: float, *, limit: int = 500) -> list[tuple[str, str, str | None]]:
         """Pending requests past their deadline: (id, tenant id, on_timeout_json: None for "expire")."""
@@ -497,6 +501,7 @@ class Store:
     # -- journal (core/store/journal.py) ---------------------------------------
 
     async def append_journal(self, conn: StoreConnection, **fields: Any) -> JournalEntry:
+        # Always in the caller's transaction: its body may still fail after the entry and roll it back.
         return await self.journal.append(conn, **fields)
 
     async def journal_entries(self, **query: Any) -> list[JournalEntry]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from typing import Any, TypeVar
 
+import asyncpg
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,12 +26,35 @@ class StoreConnection(ABC):
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(sync_connection, *args)`` in this transaction; ``fn`` must return plain data."""
 
+    def commit_alone(self) -> bool:
+        """Whether the next unit may run as a transaction of its own, committed at once (nothing ran in
+        this one yet, and nothing may run after it). Only PostgreSQL's hot units ask (core/store/pgunits.py)."""
+        return False
+
 
 class PgConnection(StoreConnection):
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
+    """A PostgreSQL transaction (or an autocommit reader) that begins with its first unit: a transaction
+    whose only unit is a hot one never sends BEGIN and COMMIT (the unit is one statement, atomic alone)."""
+
+    def __init__(self, opening: Callable[[], AsyncContextManager[AsyncConnection]]) -> None:
+        """``opening()``: the connection's context (begun, translated), entered at the first unit."""
+        self._opening = opening
+        self._conn: AsyncConnection | None = None
+        self._alone = False
+        # Ends the connection (COMMIT, or ROLLBACK when the body raised) once it was begun.
+        self.exits = contextlib.AsyncExitStack()
+
+    def commit_alone(self) -> bool:
+        if self._conn is not None or self._alone:
+            return False
+        self._alone = True
+        return True
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._alone:
+            raise RuntimeError("a unit that commits alone must be the last of its transaction")
+        if self._conn is None:
+            self._conn = await self.exits.enter_async_context(self._opening())
         try:
             return await self._conn.run_sync(fn, *args)
         except DBAPIError as e:
@@ -77,6 +102,12 @@ def storage_errors() -> Iterator[None]:
         raise
     except OSError as e:
         raise UnavailableError("the store does not answer") from e
+    except asyncpg.IntegrityConstraintViolationError:  # the hot units' raw statements (core/store/pgunits.py)
+        raise ConflictError("a stored row with the same key exists") from None
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        if isinstance(e, asyncpg.InterfaceError) or server_lost(e):
+            raise UnavailableError("the store does not answer") from e
+        raise
 
 
 def first(c: Connection, stmt: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:

@@ -1,0 +1,379 @@
+"""PostgreSQL's hot units of work (create, resolve or cancel, a request with its deliveries) as one prepared statement each on the raw asyncpg connection, not through SQLAlchemy.
+
+Each write is one statement in its own implicit transaction: the change, the journal entry chained
+after the tenant's head, the head moved, the NOTIFY. The entry's HMAC needs the head's hash and the key
+never leaves the process, so the head is read beforehand: this instance remembers the head it last
+wrote or read (``ChainHeads``) and the statement checks it. The journal's primary key (tenant, seq)
+is the arbiter: if another writer took that seq, the INSERT fails (waiting for that writer's commit if
+it is in flight) and nothing of the statement is applied; the head is read again and the entry
+rebuilt. So the head row is locked only while that one statement runs on the server (no round trip
+of the client's in between), entries stay gapless in commit order, and a stale head costs a retry,
+never a broken chain. Writers of one tenant on this instance take turns (one statement each) so they
+do not race each other; after a few misses in a row the unit runs on the store's locked path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
+
+from handraise.core.errors import UnavailableError
+from handraise.core.models import RequestRow
+from handraise.core.store.breaker import StoreBreaker
+from handraise.core.store.journal import GENESIS_HASH, JournalEntry, chain_hash, entry_row
+from handraise.core.store.statements import Resolution
+from handraise.core.store.units import storage_errors
+
+log = logging.getLogger(__name__)
+
+# Misses in a row (another writer moved the head each time) before the unit takes the locked path.
+MAX_HEAD_MISSES = 3
+
+_DELIVERY_COLUMNS = ("channel", "target", "status", "attempts", "last_error", "updated_at")
+_ENTRY_COLUMNS = ("tenant_id", "seq", "request_id", "run_id", "event", "principal", "channel", "data_json", "at",
+                  "prev_hash", "hash")
+# What an insert leaves to a column the row does not name (SQLAlchemy's scalar defaults, as its INSERT would).
+_REQUEST_DEFAULTS = {c.name: c.default.arg for c in RequestRow.__table__.c
+                     if c.default is not None and not callable(c.default.arg)}
+
+
+class HeadMoved(Exception):
+    """Another writer moved the tenant's head since this instance read it: read it again, rebuild the entry."""
+
+
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``:name`` placeholders → asyncpg's ``$n``, and the names in order (``::type`` casts are left alone)."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    return re.sub(r"(?<!:):([a-z_][a-z0-9_]*)", number, sql), tuple(names)
+
+
+class Statement:
+    """A statement written with ``:name`` placeholders, numbered once; asyncpg prepares and caches it per
+    connection (its statement cache, keyed by the text)."""
+
+    __slots__ = ("sql", "names")
+
+    def __init__(self, sql: str) -> None:
+        self.sql, self.names = _numbered(sql)
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[n] for n in self.names]
+
+
+# The head follows the change (moved only for the change's row, and only from the seq before the entry's;
+# a head that is not there yet is made), the entry follows the head. The same order of locks as the
+# locked path (the request's row, the head, the journal's key), so the two never deadlock.
+_TYPES = {"seq": "int", "data_json": "text", "at": "float8"}  # a parameter used twice must be deduced alike
+_ENTRY_VALUES = ", ".join(f":e_{c}::{_TYPES.get(c, 'varchar')}" for c in _ENTRY_COLUMNS)
+_ENTRY_INSERT = f"INSERT INTO journal ({', '.join(_ENTRY_COLUMNS)})"
+
+
+def _chain(source: str) -> str:
+    """The head and entry CTEs for one row of ``source`` (a CTE, with its condition)."""
+    return (
+        "head AS (INSERT INTO journal_heads (tenant_id, seq, hash) "
+        f"SELECT :e_tenant_id::varchar, :e_seq::int, :e_hash::varchar FROM {source} "
+        "ON CONFLICT (tenant_id) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash "
+        "WHERE journal_heads.seq = EXCLUDED.seq - 1 RETURNING 1), "
+        f"entry AS ({_ENTRY_INSERT} SELECT {_ENTRY_VALUES} FROM head RETURNING 1) ")
+
+
+_GUARD = "1 / (SELECT count(*)::int FROM head) AS chained"
+_NOTIFY = ", pg_notify(:n_channel, :n_payload)"
+
+READ_HEAD = Statement("SELECT seq, hash FROM journal_heads WHERE tenant_id = :tenant_id")
+
+_JOINED_READ = (
+    "SELECT r.*, " + ", ".join(f"d.{c} AS delivery_{c}" for c in _DELIVERY_COLUMNS) + ", d.id AS delivery_id "
+    "FROM requests r LEFT JOIN deliveries d ON d.request_id = r.id AND d.tenant_id = r.tenant_id ")
+GET_JOINED = {"id": Statement(_JOINED_READ + "WHERE r.id = :id AND r.tenant_id = :tenant_id ORDER BY d.id"),
+              "unique_id": Statement(_JOINED_READ + "WHERE r.tenant_id = :tenant_id AND r.unique_id = :unique_id "
+                                     "ORDER BY d.id")}
+_DELIVERIES_JSON = (
+    "(SELECT coalesce(json_agg(json_build_object(" + ", ".join(f"'{c}', d.{c}" for c in _DELIVERY_COLUMNS)
+    + ") ORDER BY d.id), '[]') FROM deliveries d WHERE d.request_id = changed.id "
+    "AND d.tenant_id = changed.tenant_id)::text AS deliveries_json")
+
+
+class _StatementCache:
+    """Statements whose text depends on which columns a call sets, built once per shape."""
+
+    def __init__(self, build: Callable[..., Statement]) -> None:
+        self._build = build
+        self._built: dict[Any, Statement] = {}
+
+    def get(self, *shape: Any) -> Statement:
+        statement = self._built.get(shape)
+        if statement is None:
+            statement = self._built[shape] = self._build(*shape)
+        return statement
+
+
+def _create_statement(columns: tuple[str, ...], notify: bool) -> Statement:
+    return Statement(
+        f"WITH req AS (INSERT INTO requests ({', '.join(columns)}) VALUES ({', '.join(':r_' + c for c in columns)}) "
+        "ON CONFLICT DO NOTHING RETURNING 1), "
+        # A run named by use is made with its first request (tenant-scoped, unregistered), as runs.ensure_in.
+        "run AS (INSERT INTO runs (tenant_id, run_id, status, registered, created_by, created_at, updated_at) "
+        "SELECT :r_tenant_id, :run_id::varchar, 'running', false, :r_created_by, :r_created_at, :r_created_at "
+        "FROM req WHERE :run_id::varchar IS NOT NULL ON CONFLICT (tenant_id, run_id) DO NOTHING RETURNING 1), "
+        # The run before the head (the scalar subquery runs it first), as on the locked path.
+        f"{_chain('req WHERE (SELECT count(*) FROM run) >= 0')}"
+        f"SELECT {_GUARD}{_NOTIFY if notify else ''} FROM req")
+
+
+def _change_statement(sets: tuple[str, ...], condition: str, notify: bool, with_deliveries: bool) -> Statement:
+    """A compare-and-set on a pending request, journaled: the entry's run id is the one its HMAC was
+    computed over, so a row whose run id differs gets no entry, and the guard undoes the change."""
+    assignments = ", ".join(f"{c} = :s_{c}" for c in sets)
+    return Statement(
+        f"WITH changed AS (UPDATE requests SET {assignments} WHERE id = :w_id AND tenant_id = :w_tenant_id "
+        f"AND status = 'pending'{condition} RETURNING *), "
+        f"{_chain('changed WHERE changed.run_id IS NOT DISTINCT FROM :e_run_id::varchar')}"
+        f"SELECT changed.*, {_GUARD}{_NOTIFY if notify else ''}"
+        f"{', ' + _DELIVERIES_JSON if with_deliveries else ''} FROM changed")
+
+
+_CREATES = _StatementCache(_create_statement)
+_CHANGES = _StatementCache(_change_statement)
+_CONDITIONS = {True: " AND expires_at > :w_now", False: " AND expires_at <= :w_now", None: ""}
+
+
+class ChainHeads:
+    """The last head (seq, hash) this instance wrote or read per tenant, and one turn at a time per tenant."""
+
+    def __init__(self) -> None:
+        self._heads: dict[str, tuple[int, str]] = {}
+        self._turns: dict[str, asyncio.Lock] = {}
+
+    def turn(self, tenant_id: str) -> asyncio.Lock:
+        lock = self._turns.get(tenant_id)
+        if lock is None:
+            lock = self._turns[tenant_id] = asyncio.Lock()
+        return lock
+
+    def get(self, tenant_id: str) -> tuple[int, str] | None:
+        return self._heads.get(tenant_id)
+
+    def set(self, tenant_id: str, seq: int, digest: str) -> None:
+        self._heads[tenant_id] = (seq, digest)
+
+    def forget(self, tenant_id: str) -> None:
+        self._heads.pop(tenant_id, None)
+
+
+Fallback = Callable[[], Awaitable[Any]]
+
+
+class PgHotUnits:
+    """The hot units on raw connections checked out of the store's two SQLAlchemy pools (so an
+    instance's connection budget is unchanged): writes from the writers' pool, reads from the readers'."""
+
+    def __init__(self, *, write_engine: AsyncEngine, read_engine: AsyncEngine, key: Callable[[], bytes],
+                 breaker: StoreBreaker) -> None:
+        self._write_engine = write_engine
+        # The store's: open while the server is gone, so these units fail fast like the others.
+        self._breaker = breaker
+        self._read_engine = read_engine
+        self._key = key
+        self.heads = ChainHeads()
+
+    @contextlib.asynccontextmanager
+    async def _raw(self, engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection's asyncpg connection, outside any transaction; its errors leave translated
+        (units.storage_errors). A server that is gone makes the pool drop every connection of its
+        generation, as SQLAlchemy does on a disconnect; a statement cut short (cancelled) drops its
+        connection, whose protocol state is unknown."""
+        with storage_errors():
+            fairy = await engine.raw_connection()
+            if fairy.driver_connection.is_closed():
+                # Lost while pooled (a restart): nothing was sent on it, so take a fresh one.
+                engine.sync_engine.pool._invalidate(fairy)  # noqa: SLF001
+                await greenlet_spawn(fairy.close)
+                fairy = await engine.raw_connection()
+        try:
+            yield fairy.driver_connection
+        except BaseException as e:
+            raw = fairy.driver_connection
+            if _sound(e) and raw is not None and not raw.is_closed():
+                fairy.close()  # the statement's own error: the connection is fine, and no transaction is open
+            else:
+                engine.sync_engine.pool._invalidate(fairy, e if isinstance(e, Exception) else None)  # noqa: SLF001
+                await greenlet_spawn(fairy.close)
+            with storage_errors():
+                raise
+        fairy.close()
+
+    async def _fetch(self, engine: AsyncEngine, statement: Statement, params: Mapping[str, Any]) -> list[Any]:
+        breaker = self._breaker
+        if breaker.lost_since is not None:
+            breaker.admit()
+        try:
+            async with self._raw(engine) as conn:
+                try:
+                    rows = await conn.fetch(statement.sql, *statement.args(params))
+                except asyncpg.UniqueViolationError as e:
+                    # Only the journal's key can clash (the request's and the run's inserts skip a duplicate).
+                    if e.table_name == "journal":
+                        raise HeadMoved from e
+                    raise
+                except asyncpg.DivisionByZeroError as e:  # the guard: the head did not follow the change
+                    raise HeadMoved from e
+        except UnavailableError as e:
+            breaker.failed(e)
+            raise
+        if breaker.lost_since is not None:
+            breaker.succeeded()
+        return rows
+
+    # -- reads -----------------------------------------------------------------
+
+    async def request_with_deliveries(self, tenant_id: str, *, request_id: str | None, unique_id: str | None
+                                      ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """By id or by the agent's unique_id; a dead pooled connection is read again once."""
+        if request_id is not None:
+            statement, params = GET_JOINED["id"], {"tenant_id": tenant_id, "id": request_id}
+        else:
+            statement, params = GET_JOINED["unique_id"], {"tenant_id": tenant_id, "unique_id": unique_id}
+        for attempt in (1, 2):
+            try:
+                rows = await self._fetch(self._read_engine, statement, params)
+                break
+            except Exception as e:
+                if attempt == 2 or not _dead_connection(e):
+                    raise
+                log.warning("store: a pooled connection was dead; reading again on a fresh one")
+        if not rows:
+            return None
+        request = {k: v for k, v in rows[0].items() if not k.startswith("delivery_")}
+        deliveries = [{n: r[f"delivery_{n}"] for n in _DELIVERY_COLUMNS} for r in rows if r["delivery_id"] is not None]
+        return request, deliveries
+
+    async def _read_head(self, tenant_id: str) -> tuple[int, str]:
+        rows = await self._fetch(self._read_engine, READ_HEAD, {"tenant_id": tenant_id})
+        head = (0, GENESIS_HASH) if not rows else (rows[0]["seq"], rows[0]["hash"])
+        self.heads.set(tenant_id, *head)
+        return head
+
+    # -- writes ----------------------------------------------------------------
+
+    async def _chained(self, entry: Mapping[str, Any], run: Callable[[dict[str, Any]], Awaitable[Any]],
+                       fallback: Fallback) -> Any:
+        """Run ``run(params)`` with the entry placed after the tenant's head (``e_*`` params, the entry's
+        seq as ``seq``); on a head another writer moved, read it and try again; past MAX_HEAD_MISSES, the
+        locked path (``fallback``)."""
+        tenant_id = entry["tenant_id"]
+        key = self._key()
+        async with self.heads.turn(tenant_id):
+            for _ in range(MAX_HEAD_MISSES):
+                head = self.heads.get(tenant_id) or await self._read_head(tenant_id)
+                seq, prev_hash = head[0] + 1, head[1]
+                digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **entry)
+                params = {f"e_{k}": v for k, v in entry.items()}
+                params.update(e_seq=seq, e_prev_hash=prev_hash, e_hash=digest)
+                try:
+                    result = await run(params)
+                except HeadMoved:
+                    # A head that did not move means the statement failed for another reason (a row whose
+                    # run id is not the caller's, a head record gone): the locked path decides.
+                    if await self._read_head(tenant_id) == head:
+                        break
+                    continue
+                if result is not None:
+                    self.heads.set(tenant_id, seq, digest)
+                return result
+        log.info("store: the journal head moved under every try, or did not move; appending on the locked path",
+                 extra={"tenant_id": tenant_id})
+        self.heads.forget(tenant_id)
+        return await fallback()
+
+    async def _write(self, statement: Statement, params: Mapping[str, Any]) -> list[Any]:
+        return await self._fetch(self._write_engine, statement, params)
+
+    @staticmethod
+    def _notice(params: dict[str, Any], notify: tuple[str, Mapping[str, Any]] | None,
+                seq: int, **extra: Any) -> bool:
+        if notify is None:
+            return False
+        params["n_channel"] = notify[0]
+        params["n_payload"] = json.dumps({**notify[1], **extra, "seq": seq})
+        return True
+
+    async def create(self, row: Mapping[str, Any], entry: Mapping[str, Any],
+                     notify: tuple[str, Mapping[str, Any]] | None, *, fallback: Fallback) -> JournalEntry | None:
+        """Insert the request and its ``created`` entry (and its run, made by use); None when (tenant,
+        unique_id) exists already."""
+        values = {**_REQUEST_DEFAULTS, **row}
+        columns = tuple(values)
+
+        async def run(params: dict[str, Any]) -> JournalEntry | None:
+            params.update({f"r_{c}": v for c, v in values.items()}, run_id=values.get("run_id"))
+            statement = _CREATES.get(columns, self._notice(params, notify, params["e_seq"]))
+            if not await self._write(statement, params):
+                return None
+            return _entry(params)
+
+        return await self._chained(entry, run, fallback)
+
+    async def change(self, *, sets: Mapping[str, Any], where: Mapping[str, Any], require_unexpired: bool | None,
+                     journal: Mapping[str, Any], notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool,
+                     fallback: Fallback) -> Resolution | None:
+        """Compare-and-set a pending request (``where``: w_id, w_tenant_id, w_now) to ``sets`` and journal
+        it (``journal``: the entry's fields but its run id); None when another writer won. The entry's run
+        id is the row's, which the caller read and put in its notice (a request's run id never changes);
+        a row with another (the sweeper does not read first) takes the locked path, which journals the row's."""
+        columns = tuple(sets)
+        where = {k: where[k] for k in ("w_id", "w_tenant_id", "w_now")}
+        entry = entry_row(**journal, run_id=(notify[1] if notify else {}).get("run_id"))
+
+        async def run(params: dict[str, Any]) -> Resolution | None:
+            params.update({f"s_{c}": v for c, v in sets.items()}, **where)
+            statement = _CHANGES.get(columns, _CONDITIONS[require_unexpired],
+                                     self._notice(params, notify, params["e_seq"]), with_deliveries)
+            rows = await self._write(statement, params)
+            if not rows:
+                return None
+            changed = dict(rows[0])
+            changed.pop("chained")
+            deliveries = json.loads(changed.pop("deliveries_json")) if with_deliveries else []
+            return Resolution(changed, deliveries, _entry(params))
+
+        return await self._chained(entry, run, fallback)
+
+
+def _entry(params: Mapping[str, Any]) -> JournalEntry:
+    return JournalEntry(params["e_seq"], params["e_tenant_id"], params["e_request_id"], params["e_run_id"],
+                        params["e_event"], params["e_principal"], params["e_channel"],
+                        json.loads(params["e_data_json"]), params["e_at"], params["e_prev_hash"], params["e_hash"])
+
+
+def _sound(e: BaseException) -> bool:
+    """Whether a connection that raised ``e`` may go back to the pool: a statement's own error (a clash,
+    the guard) leaves it as it was; a lost server, a protocol error or a cancellation does not."""
+    if isinstance(e, HeadMoved):
+        return True
+    return isinstance(e, asyncpg.PostgresError) and not isinstance(e, asyncpg.PostgresConnectionError)
+
+
+def _dead_connection(e: BaseException) -> bool:
+    """A pooled connection the server dropped (a read is safe to repeat on a fresh one)."""
+    return isinstance(e, UnavailableError) and isinstance(e.__cause__, (asyncpg.PostgresConnectionError,
+                                                                        asyncpg.InterfaceError, OSError))
+
+
+__all__: Sequence[str] = ("PgHotUnits", "ChainHeads", "HeadMoved", "MAX_HEAD_MISSES")

@@ -1,0 +1,221 @@
+"""PostgreSQL's hot units on the raw asyncpg connection (core/store/pgunits.py): what a cycle costs in
+round trips, that a server lost in the middle of each unit is ``unavailable`` (503), and that writers of
+one tenant on two instances keep one gapless chain that verifies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+from harness.pgproxy import StallableProxy
+from sqlalchemy import event
+
+from handraise.core.errors import ConflictError, UnavailableError
+from handraise.core.serversecret import ServerSecret
+from handraise.core.store import Store
+from handraise.core.store.pgunits import MAX_HEAD_MISSES
+
+SECRET = ServerSecret(b"k" * 32)
+
+
+class RoundTrips:
+    """Every statement a store sends: SQLAlchemy's (its events, BEGIN and COMMIT included) and those on
+    the raw asyncpg connection (asyncpg's query logger; SQLAlchemy's prepared statements are not logged
+    there, its BEGIN/COMMIT are, so those are left to its events)."""
+
+    def __init__(self, store: Store) -> None:
+        self.statements: list[str] = []
+        logged: weakref.WeakSet[Any] = weakref.WeakSet()
+        for engine in (store._engine, store._read_engine):  # noqa: SLF001
+            assert engine is not None
+            sync = engine.sync_engine
+            event.listen(sync, "before_cursor_execute", lambda _c, _cur, sql, *_a: self.statements.append(sql))
+            for name in ("begin", "commit", "rollback"):
+                event.listen(sync, name, lambda *_a, name=name: self.statements.append(name.upper()))
+
+            def checkout(dbapi_connection: Any, *_a: Any) -> None:
+                raw = dbapi_connection.driver_connection
+                if raw not in logged:
+                    logged.add(raw)
+                    raw.add_query_logger(self._logged)
+
+            event.listen(sync.pool, "checkout", checkout)
+
+    def _logged(self, record: Any) -> None:
+        if not record.query.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+            self.statements.append(record.query)
+
+    async def settled(self) -> list[str]:
+        await asyncio.sleep(0)  # asyncpg hands its log records over with call_soon
+        taken, self.statements = self.statements, []
+        return taken
+
+
+def request_row(i: str, *, tenant_id: str = "t", run_id: str | None = None) -> dict[str, Any]:
+    now = time.time()
+    return {"id": f"req_{i}", "tenant_id": tenant_id, "unique_id": f"u-{i}", "body_sha256": "0" * 64,
+            "message_for_user": "Deploy?", "form_schema_json": None, "kind": "input", "sensitive": False,
+            "run_id": run_id, "channels_json": "[]", "status": "pending", "created_by": "agent:a",
+            "created_at": now, "expires_at": now + 600}
+
+
+async def create(store: Store, i: str, **row: Any) -> Any:
+    r = request_row(i, **row)
+    async with store.transaction() as conn:
+        return await store.create_request(conn, r, notify={"type": "request.created", "id": r["id"]}, journal={
+            "tenant_id": r["tenant_id"], "event": "created", "request_id": r["id"], "run_id": r["run_id"],
+            "principal": "agent:a", "data": {"unique_id": r["unique_id"]}, "at": r["created_at"]})
+
+
+async def answer(store: Store, i: str, *, tenant_id: str = "t", run_id: str | None = None,
+                 with_deliveries: bool = False) -> Any:
+    now = time.time()
+    async with store.transaction() as conn:
+        return await store.resolve(
+            conn, request_id=f"req_{i}", tenant_id=tenant_id, status="answered", now=now, require_unexpired=True,
+            values={"response_json": '"yes"', "resolved_by": "operator:o", "resolved_via": "api"},
+            with_deliveries=with_deliveries,
+            journal={"tenant_id": tenant_id, "event": "answered", "request_id": f"req_{i}", "principal": "operator:o",
+                     "channel": "api", "data": {}, "at": now},
+            notify={"type": "request.resolved", "id": f"req_{i}", "run_id": run_id})
+
+
+@contextlib.asynccontextmanager
+async def opened(url: str) -> AsyncIterator[Store]:
+    store = Store(url=url, secret=SECRET, pool_size=3)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_a_cycle_is_four_round_trips_none_of_them_a_transaction(pg_url: str) -> None:
+    async with opened(pg_url) as store:
+        trips = RoundTrips(store)
+        assert await create(store, "0") is not None
+        first = await trips.settled()
+        assert len(first) == 2 and "journal_heads" in first[0]  # this instance reads the head once
+        for i in ("1", "2"):
+            entry = await create(store, i)
+            assert entry is not None and entry.event == "created"
+            found = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+            assert found is not None and found[0]["status"] == "pending"
+            done = await answer(store, i)
+            assert done is not None and done.row["status"] == "answered" and done.entry.event == "answered"
+            read = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+            assert read is not None and read[0]["response_json"] == '"yes"'
+            sent = await trips.settled()
+            # create, the submit's read, the compare-and-set, the wait's read: one statement each, and no
+            # BEGIN/COMMIT, so no lock is held across a round trip.
+            assert len(sent) == 4, sent
+            assert not {"BEGIN", "COMMIT", "ROLLBACK"} & set(sent)
+        assert await create(store, "1") is None  # the same unique_id: nothing made, nothing journaled
+        assert len(await trips.settled()) == 1
+        assert await answer(store, "1") is None  # answered already: another writer won
+        assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1, 2, 3, 4, 5]
+        assert await store.verify_journal() == []
+
+
+async def test_a_row_whose_run_id_the_caller_did_not_know_is_journaled_with_its_own(pg_url: str) -> None:
+    """The sweeper does not read a request before expiring it: its entry still names the row's run."""
+    async with opened(pg_url) as store:
+        await create(store, "0", run_id="run-9")
+        done = await answer(store, "0", run_id=None, with_deliveries=True)
+        assert done is not None and done.entry.run_id == "run-9" and done.deliveries == []
+        assert [e.run_id for e in await store.journal_entries(tenant_id="t")] == ["run-9", "run-9"]
+        assert (await store.runs.get("t", "run-9") or {}).get("status") == "running"
+        assert await store.verify_journal() == []
+
+
+async def test_concurrent_writers_of_one_tenant_on_two_instances_keep_one_gapless_chain(pg_url: str) -> None:
+    async with opened(pg_url) as a, opened(pg_url) as b:
+        async def writer(store: Store, name: str) -> None:
+            for n in range(8):
+                i = f"{name}-{n}"
+                assert await create(store, i) is not None
+                assert await answer(store, i) is not None
+                if n % 3 == 0:  # an entry on the locked path (SELECT … FOR UPDATE) between the hot ones
+                    async with store.transaction() as conn:
+                        await store.append_journal(conn, tenant_id="t", event="delivered", request_id=f"req_{i}")
+
+        await asyncio.gather(*(writer(store, f"{s}{k}") for s, store in (("a", a), ("b", b)) for k in range(4)))
+        entries = await a.journal_entries(tenant_id="t", limit=10000)
+        assert [e.seq for e in entries] == list(range(1, 2 * 4 * (8 * 2 + 3) + 1))
+        assert all(e.prev_hash == p.hash for p, e in zip(entries, entries[1:]))
+        assert await a.verify_journal() == [] and await b.verify_journal() == []
+
+
+async def test_an_entry_the_head_would_not_follow_is_never_committed(pg_url: str) -> None:
+    """A head rewound behind what this instance last wrote (a restore, tampering): the hot statement's
+    guard undoes it, and the locked path refuses to write over an entry that exists."""
+    async with opened(pg_url) as store:
+        await create(store, "0")
+        await create(store, "1")
+        conn = await asyncpg.connect(pg_url)
+        try:
+            first = await conn.fetchrow("SELECT seq, hash FROM journal WHERE tenant_id = 't' AND seq = 1")
+            await conn.execute("UPDATE journal_heads SET seq = $1, hash = $2 WHERE tenant_id = 't'", *first)
+            with pytest.raises(ConflictError):
+                await create(store, "2")
+            assert await conn.fetchval("SELECT count(*) FROM journal WHERE tenant_id = 't'") == 2
+            assert await conn.fetchval("SELECT count(*) FROM requests WHERE id = 'req_2'") == 0
+        finally:
+            await conn.close()
+    assert MAX_HEAD_MISSES >= 2
+
+
+class HeldProxy(StallableProxy):
+    """A stall that says when it holds a chunk: a statement is on its way and not answered."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(upstream)
+        self.holding = asyncio.Event()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while chunk := await reader.read(65536):
+                if not self.flowing.is_set():
+                    self.holding.set()
+                await self.flowing.wait()
+                writer.write(chunk)
+                await writer.drain()
+
+
+@pytest.mark.parametrize("unit", ["create", "resolve", "read"])
+async def test_a_server_lost_during_each_hot_unit_is_unavailable_then_it_recovers(pg_url: str, unit: str) -> None:
+    parts = urlsplit(pg_url)
+    proxy = HeldProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    await proxy.start()
+    try:
+        url = pg_url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")
+        async with opened(url) as store:
+            # Every call after the outage probes the server (the breaker's pacing has tests of its own).
+            store.breaker.probe_every = 0.0
+            await create(store, "0")
+            await create(store, "1")  # warm: the head is known, the pools hold connections
+            run = {"create": lambda: create(store, "2"), "resolve": lambda: answer(store, "1"),
+                   "read": lambda: store.get_request_with_deliveries("t", request_id="req_1")}[unit]
+            proxy.flowing.clear()
+            task = asyncio.ensure_future(run())
+            await asyncio.wait_for(proxy.holding.wait(), 10)
+            await proxy.cut()
+            proxy.flowing.set()
+            with pytest.raises(UnavailableError) as lost:
+                await asyncio.wait_for(task, 10)
+            assert (lost.value.status, lost.value.code) == (503, "unavailable")
+            await proxy.restore()
+            # Back: the pool's dead connections were dropped, the unit runs again on fresh ones.
+            assert await create(store, "3") is not None
+            assert await answer(store, "0") is not None
+            assert await store.verify_journal() == []
+    finally:
+        proxy.flowing.set()
+        await proxy.close()
