@@ -15,6 +15,7 @@ do not race each other; after a few misses in a row the unit runs on the store's
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -93,7 +94,8 @@ def _chain(source: str) -> str:
         f"entry AS ({_ENTRY_INSERT} SELECT {_ENTRY_VALUES} FROM head RETURNING 1) ")
 
 
-_GUARD = "1 / (SELECT count(*)::int FROM head) AS chained"
+# The guard, and the entry's seq: a batch's rows say which of its units were applied.
+_GUARD = "1 / (SELECT count(*)::int FROM head) AS chained, :e_seq::int AS entry_seq"
 _NOTIFY = ", pg_notify(:n_channel, :n_payload)"
 
 READ_HEAD = Statement("SELECT seq, hash FROM journal_heads WHERE tenant_id = :tenant_id")
@@ -154,18 +156,58 @@ _CHANGES = _StatementCache(_change_statement)
 _CONDITIONS = {True: " AND expires_at > :w_now", False: " AND expires_at <= :w_now", None: ""}
 
 
+# At most this many writes of one tenant in one batch (one round trip, one transaction, one commit).
+MAX_BATCH = 64
+# What a unit's future holds when it must take the store's locked path (its caller runs that, outside the lane).
+_LOCKED_PATH = object()
+
+
+class _Unit:
+    """One write waiting for its place in its tenant's chain: the entry; ``prepare(params)``, which adds the
+    unit's own parameters to the placed entry's and returns its statement; ``finish(row, params)``, what the
+    unit returns (``row`` None when it changed nothing); and the future its caller awaits."""
+
+    __slots__ = ("entry", "prepare", "finish", "future")
+
+    def __init__(self, entry: Mapping[str, Any], prepare: Callable[[dict[str, Any]], Statement],
+                 finish: Callable[[Any, dict[str, Any]], Any]) -> None:
+        self.entry = entry
+        self.prepare = prepare
+        self.finish = finish
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def settle(self, result: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _Lane:
+    """A tenant's writes on this instance: whether a batch is on its way, and those waiting for the next."""
+
+    __slots__ = ("busy", "queue", "task")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: collections.deque[_Unit] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+
+
 class ChainHeads:
-    """The last head (seq, hash) this instance wrote or read per tenant, and one turn at a time per tenant."""
+    """The last head (seq, hash) this instance wrote or read per tenant, and each tenant's lane."""
 
     def __init__(self) -> None:
         self._heads: dict[str, tuple[int, str]] = {}
-        self._turns: dict[str, asyncio.Lock] = {}
+        self._lanes: dict[str, _Lane] = {}
 
-    def turn(self, tenant_id: str) -> asyncio.Lock:
-        lock = self._turns.get(tenant_id)
-        if lock is None:
-            lock = self._turns[tenant_id] = asyncio.Lock()
-        return lock
+    def lane(self, tenant_id: str) -> _Lane:
+        lane = self._lanes.get(tenant_id)
+        if lane is None:
+            lane = self._lanes[tenant_id] = _Lane()
+        return lane
 
     def get(self, tenant_id: str) -> tuple[int, str] | None:
         return self._heads.get(tenant_id)
@@ -178,6 +220,7 @@ class ChainHeads:
 
 
 Fallback = Callable[[], Awaitable[Any]]
+Planned = list[tuple[_Unit, dict[str, Any]]]
 
 
 class PgHotUnits:
@@ -219,14 +262,20 @@ class PgHotUnits:
                 raise
         fairy.close()
 
-    async def _fetch(self, engine: AsyncEngine, statement: Statement, params: Mapping[str, Any]) -> list[Any]:
+    async def _fetch(self, engine: AsyncEngine, statement: Statement, args: list[list[Any]]) -> list[Any]:
+        """The statement once per argument list: one list, one statement; several, pipelined in one round
+        trip and one implicit transaction (asyncpg's fetchmany: Bind/Execute each, one Sync), so they
+        commit together or not at all. The rows of all, in order."""
         breaker = self._breaker
         if breaker.lost_since is not None:
             breaker.admit()
         try:
             async with self._raw(engine) as conn:
                 try:
-                    rows = await conn.fetch(statement.sql, *statement.args(params))
+                    if len(args) == 1:
+                        rows = await conn.fetch(statement.sql, *args[0])
+                    else:
+                        rows = await conn.fetchmany(statement.sql, args)
                 except asyncpg.UniqueViolationError as e:
                     # Only the journal's key can clash (the request's and the run's inserts skip a duplicate).
                     if e.table_name == "journal":
@@ -252,7 +301,7 @@ class PgHotUnits:
             statement, params = GET_JOINED["unique_id"], {"tenant_id": tenant_id, "unique_id": unique_id}
         for attempt in (1, 2):
             try:
-                rows = await self._fetch(self._read_engine, statement, params)
+                rows = await self._fetch(self._read_engine, statement, [statement.args(params)])
                 break
             except Exception as e:
                 if attempt == 2 or not _dead_connection(e):
@@ -265,45 +314,147 @@ class PgHotUnits:
         return request, deliveries
 
     async def _read_head(self, tenant_id: str) -> tuple[int, str]:
-        rows = await self._fetch(self._read_engine, READ_HEAD, {"tenant_id": tenant_id})
+        rows = await self._fetch(self._read_engine, READ_HEAD, [[tenant_id]])
         head = (0, GENESIS_HASH) if not rows else (rows[0]["seq"], rows[0]["hash"])
         self.heads.set(tenant_id, *head)
         return head
 
     # -- writes ----------------------------------------------------------------
 
-    async def _chained(self, entry: Mapping[str, Any], run: Callable[[dict[str, Any]], Awaitable[Any]],
-                       fallback: Fallback) -> Any:
-        """Run ``run(params)`` with the entry placed after the tenant's head (``e_*`` params, the entry's
-        seq as ``seq``); on a head another writer moved, read it and try again; past MAX_HEAD_MISSES, the
-        locked path (``fallback``)."""
+    async def _chained(self, entry: Mapping[str, Any], prepare: Callable[[dict[str, Any]], Statement],
+                       finish: Callable[[Any, dict[str, Any]], Any], fallback: Fallback) -> Any:
+        """The unit with its entry placed after the tenant's head. One batch of a tenant's is on its way
+        at a time; a write that finds none goes at once, alone, and those arriving meanwhile wait in the
+        lane and go in the next batch together (``_drain``): one round trip and one commit for them all,
+        in the order they came."""
         tenant_id = entry["tenant_id"]
-        key = self._key()
-        async with self.heads.turn(tenant_id):
-            for _ in range(MAX_HEAD_MISSES):
-                head = self.heads.get(tenant_id) or await self._read_head(tenant_id)
-                seq, prev_hash = head[0] + 1, head[1]
-                digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **entry)
-                params = {f"e_{k}": v for k, v in entry.items()}
-                params.update(e_seq=seq, e_prev_hash=prev_hash, e_hash=digest)
-                try:
-                    result = await run(params)
-                except HeadMoved:
-                    # A head that did not move means the statement failed for another reason (a row whose
-                    # run id is not the caller's, a head record gone): the locked path decides.
-                    if await self._read_head(tenant_id) == head:
-                        break
-                    continue
-                if result is not None:
-                    self.heads.set(tenant_id, seq, digest)
-                return result
-        log.info("store: the journal head moved under every try, or did not move; appending on the locked path",
-                 extra={"tenant_id": tenant_id})
-        self.heads.forget(tenant_id)
-        return await fallback()
+        lane = self.heads.lane(tenant_id)
+        unit = _Unit(entry, prepare, finish)
+        if lane.busy:
+            lane.queue.append(unit)
+        else:
+            lane.busy = True
+            try:
+                await self._run(tenant_id, [unit])
+            finally:
+                self._pass_on(tenant_id, lane)
+        result = await unit.future
+        if result is _LOCKED_PATH:
+            return await fallback()
+        return result
 
-    async def _write(self, statement: Statement, params: Mapping[str, Any]) -> list[Any]:
-        return await self._fetch(self._write_engine, statement, params)
+    def _pass_on(self, tenant_id: str, lane: _Lane) -> None:
+        if lane.queue:
+            lane.task = asyncio.ensure_future(self._drain(tenant_id, lane))
+        else:
+            lane.busy = False
+
+    async def _drain(self, tenant_id: str, lane: _Lane) -> None:
+        """The lane's waiting writes, a batch at a time, until none waits (a task of its own, so a caller
+        that goes away does not take the others' batch with it)."""
+        try:
+            while lane.queue:
+                batch = []
+                while lane.queue and len(batch) < MAX_BATCH:
+                    unit = lane.queue.popleft()
+                    if not unit.future.done():  # its caller went away before it was sent
+                        batch.append(unit)
+                if batch:
+                    await self._run(tenant_id, batch)
+        finally:
+            while lane.queue:
+                lane.queue.popleft().future.cancel()
+            lane.task = None
+            lane.busy = False
+
+    def _plan(self, key: bytes, head: tuple[int, str], units: list[_Unit]) -> tuple[Planned, Statement]:
+        """The first units that share a statement, their entries chained one after the other from ``head``."""
+        seq, prev_hash = head
+        planned: Planned = []
+        statement: Statement | None = None
+        for unit in units[:MAX_BATCH]:
+            digest = chain_hash(key, prev_hash=prev_hash, seq=seq + 1, **unit.entry)
+            params = {f"e_{k}": v for k, v in unit.entry.items()}
+            params.update(e_seq=seq + 1, e_prev_hash=prev_hash, e_hash=digest)
+            shaped = unit.prepare(params)
+            if statement is None:
+                statement = shaped
+            elif shaped is not statement:
+                break
+            planned.append((unit, params))
+            seq, prev_hash = seq + 1, digest
+        assert statement is not None
+        return planned, statement
+
+    async def _run(self, tenant_id: str, units: list[_Unit]) -> None:
+        """Apply ``units`` in order, settling each one's future: its result, its error, or the locked path.
+
+        A batch is one statement per unit, pipelined in one implicit transaction: each unit's entry follows
+        the one before it, so a unit that changes nothing (another writer won, the request exists) leaves the
+        head where the next one's guard fails, and the whole batch is undone unless every unit after it
+        changed nothing too. So what a batch applies is always its first units. A head another writer moved
+        means reading it and trying again (past MAX_HEAD_MISSES, the locked path); a batch that failed with
+        the head unmoved, or with a statement's own error, runs again one unit at a time, which says which."""
+        key = self._key()
+        misses = 0
+        pending = units
+        try:
+            while pending:
+                head = self.heads.get(tenant_id) or await self._read_head(tenant_id)
+                planned, statement = self._plan(key, head, pending)
+                pending = pending[len(planned):]
+                try:
+                    rows = await self._fetch(self._write_engine, statement, [statement.args(p) for _, p in planned])
+                except HeadMoved:
+                    moved = await self._read_head(tenant_id) != head
+                    if len(planned) > 1 and not moved:
+                        for unit, _ in planned:
+                            await self._run(tenant_id, [unit])
+                        continue
+                    misses += moved
+                    if moved and misses < MAX_HEAD_MISSES:
+                        pending = [u for u, _ in planned] + pending
+                        continue
+                    # A head that did not move means the statement failed for another reason (a row whose run
+                    # id is not the caller's, a head record gone): the locked path decides.
+                    log.info("store: the journal head moved under every try, or did not move; appending on the "
+                             "locked path", extra={"tenant_id": tenant_id})
+                    self.heads.forget(tenant_id)
+                    for unit, _ in planned:
+                        unit.settle(_LOCKED_PATH)
+                    misses = 0
+                    continue
+                except Exception as e:
+                    if len(planned) > 1 and not isinstance(e, UnavailableError):
+                        for unit, _ in planned:
+                            await self._run(tenant_id, [unit])
+                    else:
+                        for unit, _ in planned:
+                            unit.fail(e)
+                    continue
+                misses = 0
+                self._applied(tenant_id, planned, rows)
+        except Exception as e:  # reading the head failed (the server gone): every unit not settled fails with it
+            for unit in units:
+                unit.fail(e)
+        except BaseException:
+            for unit in units:
+                unit.future.cancel()  # cut short (the caller or the lane's task cancelled): its outcome unknown
+            raise
+
+    def _applied(self, tenant_id: str, planned: Planned, rows: list[Any]) -> None:
+        by_seq = {row["entry_seq"]: row for row in rows}
+        for unit, params in planned:
+            try:
+                unit.settle(unit.finish(by_seq.get(params["e_seq"]), params))
+            except Exception as e:  # noqa: BLE001 (the unit's caller gets it)
+                unit.fail(e)
+        if by_seq:
+            last = planned[len(by_seq) - 1][1]
+            if last["e_seq"] in by_seq:
+                self.heads.set(tenant_id, last["e_seq"], last["e_hash"])
+            else:  # not the first units: cannot be, but the head is then read again rather than guessed
+                self.heads.forget(tenant_id)
 
     @staticmethod
     def _notice(params: dict[str, Any], notify: tuple[str, Mapping[str, Any]] | None,
@@ -320,15 +471,16 @@ class PgHotUnits:
         unique_id) exists already."""
         values = {**_REQUEST_DEFAULTS, **row}
         columns = tuple(values)
+        run_id = values.get("run_id")
 
-        async def run(params: dict[str, Any]) -> JournalEntry | None:
-            params.update({f"r_{c}": v for c, v in values.items()}, run_id=values.get("run_id"))
-            statement = _CREATES.get(columns, self._notice(params, notify, params["e_seq"]))
-            if not await self._write(statement, params):
-                return None
-            return _entry(params)
+        def prepare(params: dict[str, Any]) -> Statement:
+            params.update({f"r_{c}": v for c, v in values.items()}, run_id=run_id)
+            return _CREATES.get(columns, self._notice(params, notify, params["e_seq"]))
 
-        return await self._chained(entry, run, fallback)
+        def finish(row: Any, params: dict[str, Any]) -> JournalEntry | None:
+            return None if row is None else _entry(params)
+
+        return await self._chained(entry, prepare, finish, fallback)
 
     async def change(self, *, sets: Mapping[str, Any], where: Mapping[str, Any], require_unexpired: bool | None,
                      journal: Mapping[str, Any], notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool,
@@ -341,19 +493,20 @@ class PgHotUnits:
         where = {k: where[k] for k in ("w_id", "w_tenant_id", "w_now")}
         entry = entry_row(**journal, run_id=(notify[1] if notify else {}).get("run_id"))
 
-        async def run(params: dict[str, Any]) -> Resolution | None:
+        def prepare(params: dict[str, Any]) -> Statement:
             params.update({f"s_{c}": v for c, v in sets.items()}, **where)
-            statement = _CHANGES.get(columns, _CONDITIONS[require_unexpired],
-                                     self._notice(params, notify, params["e_seq"]), with_deliveries)
-            rows = await self._write(statement, params)
-            if not rows:
+            return _CHANGES.get(columns, _CONDITIONS[require_unexpired],
+                                self._notice(params, notify, params["e_seq"]), with_deliveries)
+
+        def finish(row: Any, params: dict[str, Any]) -> Resolution | None:
+            if row is None:
                 return None
-            changed = dict(rows[0])
-            changed.pop("chained")
+            changed = dict(row)
+            del changed["chained"], changed["entry_seq"]
             deliveries = json.loads(changed.pop("deliveries_json")) if with_deliveries else []
             return Resolution(changed, deliveries, _entry(params))
 
-        return await self._chained(entry, run, fallback)
+        return await self._chained(entry, prepare, finish, fallback)
 
 
 def _entry(params: Mapping[str, Any]) -> JournalEntry:
@@ -376,4 +529,4 @@ def _dead_connection(e: BaseException) -> bool:
                                                                         asyncpg.InterfaceError, OSError))
 
 
-__all__: Sequence[str] = ("PgHotUnits", "ChainHeads", "HeadMoved", "MAX_HEAD_MISSES")
+__all__: Sequence[str] = ("PgHotUnits", "ChainHeads", "HeadMoved", "MAX_HEAD_MISSES", "MAX_BATCH")

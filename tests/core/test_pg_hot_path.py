@@ -219,3 +219,81 @@ async def test_a_server_lost_during_each_hot_unit_is_unavailable_then_it_recover
     finally:
         proxy.flowing.set()
         await proxy.close()
+
+
+def writes(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.startswith("WITH")]
+
+
+async def test_writes_of_one_tenant_arriving_together_share_one_round_trip_and_one_commit(pg_url: str) -> None:
+    """One write goes at once; those arriving while it is on its way wait and go together in the next
+    batch (one pipelined statement each, one implicit transaction), in the order they came."""
+    async with opened(pg_url) as store:
+        await create(store, "warm")
+        trips = RoundTrips(store)
+        made = await asyncio.gather(*(create(store, str(i)) for i in range(20)))
+        assert [e.seq for e in made] == list(range(2, 22))  # each got its own entry, in the order called
+        sent = writes(await trips.settled())
+        assert len(sent) == 2, len(sent)  # the first alone, the 19 that arrived meanwhile in one batch
+        done = await asyncio.gather(*(answer(store, str(i)) for i in range(20)))
+        assert all(d is not None and d.row["status"] == "answered" for d in done)
+        assert [d.entry.seq for d in done] == list(range(22, 42))
+        assert len(writes(await trips.settled())) == 2
+        entries = await store.journal_entries(tenant_id="t", limit=1000)
+        assert [e.seq for e in entries] == list(range(1, 42))
+        assert await store.verify_journal() == []
+
+
+async def test_a_write_that_loses_inside_a_batch_leaves_the_others_applied_and_the_chain_whole(pg_url: str) -> None:
+    """Two answers to one request in one batch: exactly one wins; the unit after the loser finds the head
+    where the loser left it, so the batch is undone and its units run one at a time; a duplicate create
+    last in a batch changes nothing and the batch commits without it."""
+    async with opened(pg_url) as store:
+        for i in range(4):
+            await create(store, str(i))
+        trips = RoundTrips(store)
+        first, won, lost, other = await asyncio.gather(answer(store, "0"), answer(store, "1"), answer(store, "1"),
+                                                       answer(store, "2"))
+        assert first is not None and other is not None
+        assert (won is None) != (lost is None)
+        # answer 0 alone; the batch of the other three, undone; each of them alone.
+        assert len(writes(await trips.settled())) == 1 + 1 + 3
+        made = await asyncio.gather(create(store, "4"), create(store, "5"), create(store, "6"), create(store, "3"))
+        assert [m is not None for m in made] == [True, True, True, False]
+        assert len(writes(await trips.settled())) == 2
+        assert await answer(store, "3") is not None  # the head this instance kept is the one written
+        entries = await store.journal_entries(tenant_id="t", limit=1000)
+        assert [e.seq for e in entries] == list(range(1, 12))
+        assert [e.event for e in entries].count("answered") == 4
+        assert await store.verify_journal() == []
+
+
+async def test_a_write_whose_caller_went_away_before_its_batch_is_not_made(pg_url: str) -> None:
+    async with opened(pg_url) as store:
+        await create(store, "warm")
+        tasks = [asyncio.ensure_future(create(store, str(i))) for i in range(4)]
+        await asyncio.sleep(0)  # the first is on its way, the others wait in the lane
+        tasks[2].cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[2], asyncio.CancelledError)
+        assert all(r is not None and not isinstance(r, BaseException) for i, r in enumerate(results) if i != 2)
+        assert await store.get_request_with_deliveries("t", request_id="req_2") is None
+        assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1, 2, 3, 4]
+        assert await store.verify_journal() == []
+
+
+async def test_a_lane_serves_each_tenant_apart_and_mixed_writes_keep_their_order(pg_url: str) -> None:
+    async with opened(pg_url) as store:
+        await create(store, "a0", tenant_id="a")
+        await create(store, "b0", tenant_id="b")
+        calls = []
+        for i in range(1, 6):
+            calls += [create(store, f"a{i}", tenant_id="a"), create(store, f"b{i}", tenant_id="b"),
+                      answer(store, f"a{i - 1}", tenant_id="a")]
+        results = await asyncio.gather(*calls)
+        assert all(r is not None for r in results)
+        for tenant in ("a", "b"):
+            entries = await store.journal_entries(tenant_id=tenant, limit=1000)
+            assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+        assert len(await store.journal_entries(tenant_id="a", limit=1000)) == 11
+        assert await store.verify_journal() == []
