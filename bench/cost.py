@@ -9,11 +9,15 @@ counts below are the server's alone:
 - **store calls**: calls of the ``Store``'s public methods, transactions and readers included;
 - **SQL statements**: statements the drivers executed, with the write transactions' BEGIN and
   COMMIT/ROLLBACK counted on PostgreSQL (each is a round trip there, so this is the round-trip count),
-  and there the hot units' statements on the raw asyncpg connection (asyncpg's query logger);
+  and there the hot units' statements on the raw asyncpg connection (asyncpg's query logger); on
+  SQLite every statement SQLite ran (its trace callback on every connection: SQLAlchemy's and the
+  raw connection's alike, BEGIN and COMMIT included);
 - **Python calls**: function calls on the server's event-loop thread (cProfile), the floor's own
   count beside it for the HTTP layer's share;
-- **CPU ms**: the server's CPU time per cycle (process CPU less the client thread's); this one does
-  move with the machine's load, unlike the others.
+- **CPU ms**: the server's CPU time per cycle (process CPU less the client thread's), cProfile's
+  overhead on the loop thread included; this one does move with the machine's load, unlike the others;
+- **DB thread ms** (SQLite): the database thread's own CPU time per cycle (core/store/sqlite.py; not
+  profiled, so no overhead in it): every statement and the rows' conversion run there.
 
 ``--profile N`` prints the N functions with the most own time on the server's loop thread.
 """
@@ -82,6 +86,23 @@ def _count_store(store: Any, counts: Counts) -> None:
             setattr(store, name, wrap_cm(getattr(store, name)))
 
 
+def _count_sqlite(counts: Counts) -> None:
+    """Every statement SQLite runs on any connection opened from now on (set before the store opens)."""
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def statement(_sql: str) -> None:
+        counts.sql += 1
+
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.set_trace_callback(statement)
+
+    event.listen(Engine, "connect", connect)
+
+
 def _count_sql(engine: Any, counts: Counts, *, transactions: bool) -> None:
     """SQLAlchemy's statements (and, with ``transactions``, its BEGIN and COMMIT/ROLLBACK), plus on
     PostgreSQL the statements run on the raw asyncpg connection (core/store/pgunits.py), counted by
@@ -121,14 +142,14 @@ async def _handraise_app(storage_url: str, tmp: Path, counts: Counts) -> web.App
     from handraise.core.config import load_settings
 
     settings = load_settings(write_config(storage_url=storage_url, workdir=tmp))
+    if storage_url.startswith("sqlite"):
+        _count_sqlite(counts)
     app = await create_app(settings)
     store = app[STORE]
     _count_store(store, counts)
 
     async def engines(app: web.Application) -> AsyncIterator[None]:
         # After the store opened (cleanup contexts run in order: the store's is first).
-        if store._runner is not None:
-            _count_sql(store._runner.engine, counts, transactions=False)
         # Readers run in autocommit (no BEGIN/COMMIT is sent); writers' BEGIN and COMMIT are round trips.
         for engine, transactions in ((store._engine, True), (store._read_engine, False)):
             if engine is not None:
@@ -169,8 +190,19 @@ def _client(base: str, cycles: int, warmup: int, ready: threading.Event, go: thr
     asyncio.run(main())
 
 
+def _db_thread_cpu(app: web.Application | None) -> Any:
+    """The SQLite database thread's CPU clock (seconds so far), or None on the floor and PostgreSQL."""
+    if app is None:
+        return None
+    from handraise.core.appkeys import STORE
+
+    runner = app[STORE]._runner
+    return None if runner is None else runner.thread.cpu_seconds
+
+
 async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[str, Any]:
     counts = Counts()
+    handraise_app: web.Application | None = None
     async with contextlib.AsyncExitStack() as stack:
         tmp = stack.enter_context(workdir())
         if kind == "floor":
@@ -178,10 +210,10 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
 
             app = build_app()
         elif kind == "sqlite":
-            app = await _handraise_app(f"sqlite:///{tmp / 'cost.db'}", tmp, counts)
+            app = handraise_app = await _handraise_app(f"sqlite:///{tmp / 'cost.db'}", tmp, counts)
         else:
             url = await stack.enter_async_context(postgres_url())
-            app = await _handraise_app(url, tmp, counts)
+            app = handraise_app = await _handraise_app(url, tmp, counts)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
@@ -194,6 +226,8 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # let the warm-up's trailing work (hand-overs, events) finish
         counts.reset()
+        db_cpu = _db_thread_cpu(handraise_app)
+        db_cpu0 = db_cpu() if db_cpu is not None else 0.0
         profiler = cProfile.Profile()
         cpu0 = time.process_time()
         profiler.enable()
@@ -202,6 +236,7 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
             await asyncio.sleep(0.005)
         profiler.disable()
         cpu = time.process_time() - cpu0 - out["client_cpu"]
+        db_ms = None if db_cpu is None else 1000 * (db_cpu() - db_cpu0) / cycles
         stats = pstats.Stats(profiler)
         result = {
             "store_calls": sum(counts.store.values()) / cycles,
@@ -209,6 +244,7 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
             "sql": counts.sql / cycles,
             "python_calls": stats.total_calls / cycles,  # type: ignore[attr-defined]
             "cpu_ms": 1000 * cpu / cycles,
+            "db_thread_ms": db_ms,
         }
         if profile:
             buf = io.StringIO()
@@ -232,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             print(f"== {kind}\n{r['profile']}")
     print(f"per cycle (create → answer → wait), {args.cycles} cycles, one agent:")
-    print(f"{'':12}{'store calls':>12}{'SQL stmts':>11}{'Python calls':>14}{'CPU ms':>8}")
+    print(f"{'':12}{'store calls':>12}{'SQL stmts':>11}{'Python calls':>14}{'CPU ms':>8}{'DB thread ms':>14}")
     for kind, r in rows:
-        print(f"{kind:12}{r['store_calls']:12.1f}{r['sql']:11.1f}{r['python_calls']:14.0f}{r['cpu_ms']:8.2f}")
+        db = "" if r["db_thread_ms"] is None else f"{r['db_thread_ms']:14.3f}"
+        print(f"{kind:12}{r['store_calls']:12.1f}{r['sql']:11.1f}{r['python_calls']:14.0f}{r['cpu_ms']:8.2f}{db}")
     for kind, r in rows:
         if r["store_by_name"]:
             print(f"{kind} store calls: " + ", ".join(f"{k} {v:g}" for k, v in r["store_by_name"].items()))

@@ -3,7 +3,8 @@ key derived from the server secret) of the entry and the hash before it.
 
 Tenants are the isolation boundary, so each has its own chain and its own head row: an append locks
 only its tenant's head (``SELECT … FOR UPDATE``), held from the journal statement to COMMIT, and
-tenants never wait for each other. Without the server secret nobody can recompute a chain; cutting
+tenants never wait for each other. On SQLite (one writer at a time: BEGIN IMMEDIATE) an append moves
+the head this process remembers with a compare-and-set, and reads it only on a miss (``SqliteChain``). Without the server secret nobody can recompute a chain; cutting
 entries off the end and rewriting the head to match is caught against an anchor kept off-site
 (``handraise journal anchor``) and against the requests table, which ``verify`` cross-checks.
 """
@@ -13,14 +14,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, select, text, update
+from sqlalchemy import and_, bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from handraise.core.canonical import canonical_json
@@ -38,10 +39,7 @@ TERMINAL_EVENTS = frozenset({"answered", "expired", "cancelled"})
 
 _HEAD = select(heads_t.c.seq, heads_t.c.hash).where(heads_t.c.tenant_id == bindparam("tenant_id")).with_for_update()
 _HEADS = select(heads_t.c.tenant_id, heads_t.c.seq, heads_t.c.hash).order_by(heads_t.c.tenant_id)
-_NEW_HEAD = {"postgresql": pg_insert(heads_t).on_conflict_do_nothing(),
-             "sqlite": sqlite_insert(heads_t).on_conflict_do_nothing()}
-_INSERT = insert(journal_t)
-_MOVE_HEAD = update(heads_t).where(heads_t.c.tenant_id == bindparam("w_tenant_id"))
+_NEW_HEAD = pg_insert(heads_t).on_conflict_do_nothing()
 # PostgreSQL: the entry and its head in one round trip, so the head's row lock is held for less.
 _INSERT_ENTRY = (
     "WITH entry AS (INSERT INTO journal (tenant_id, seq, request_id, run_id, event, principal, channel, "
@@ -97,28 +95,80 @@ def entry_row(*, tenant_id: str, event: str, request_id: str | None = None, run_
 
 def _append(c: Connection, key: bytes, dialect: str, row: dict[str, Any],
             notify: tuple[str, Mapping[str, Any]] | None = None) -> JournalEntry:
-    """Chain ``row`` after the tenant's head. ``notify``: (channel, payload) for a PostgreSQL NOTIFY
-    sent in the same statement, the entry's seq added to the payload."""
+    """Chain ``row`` after the tenant's head on PostgreSQL (SQLite: ``SqliteChain``). ``notify``:
+    (channel, payload) for a NOTIFY sent in the same statement, the entry's seq added to the payload."""
+    assert dialect == "postgresql", dialect
     tenant = {"tenant_id": row["tenant_id"]}
     head = c.execute(_HEAD, tenant).first()
     if head is None:  # the tenant's first entry; ON CONFLICT: another writer may be making the head too
-        c.execute(_NEW_HEAD[dialect], {**tenant, "seq": 0, "hash": GENESIS_HASH})
+        c.execute(_NEW_HEAD, {**tenant, "seq": 0, "hash": GENESIS_HASH})
         head = c.execute(_HEAD, tenant).first()
     seq, prev_hash = head.seq + 1, head.hash
     digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **row)
     entry = {**row, "seq": seq, "prev_hash": prev_hash, "hash": digest}
-    if dialect == "postgresql":
-        if notify is None:
-            c.execute(_INSERT_AND_MOVE_HEAD, entry)
-        else:
-            channel, payload = notify
-            c.execute(_INSERT_MOVE_HEAD_AND_NOTIFY, {**entry, "notify_channel": channel,
-                                                     "notify_payload": json.dumps({**payload, "seq": seq})})
+    if notify is None:
+        c.execute(_INSERT_AND_MOVE_HEAD, entry)
     else:
-        c.execute(_INSERT, entry)
-        c.execute(_MOVE_HEAD, {"seq": seq, "hash": digest, "w_tenant_id": row["tenant_id"]})
+        channel, payload = notify
+        c.execute(_INSERT_MOVE_HEAD_AND_NOTIFY, {**entry, "notify_channel": channel,
+                                                 "notify_payload": json.dumps({**payload, "seq": seq})})
+    return _entry(row, seq, prev_hash, digest)
+
+
+def _entry(row: Mapping[str, Any], seq: int, prev_hash: str, digest: str) -> JournalEntry:
     return JournalEntry(seq, row["tenant_id"], row["request_id"], row["run_id"], row["event"], row["principal"],
                         row["channel"], json.loads(row["data_json"]), row["at"], prev_hash, digest)
+
+
+_SQLITE_HEAD = "SELECT seq, hash FROM journal_heads WHERE tenant_id = ?"
+_SQLITE_NEW_HEAD = "INSERT INTO journal_heads (tenant_id, seq, hash) VALUES (?, 0, ?) ON CONFLICT DO NOTHING"
+_SQLITE_MOVE_HEAD = "UPDATE journal_heads SET seq = ?, hash = ? WHERE tenant_id = ? AND seq = ? AND hash = ?"
+_SQLITE_INSERT = ("INSERT INTO journal (tenant_id, seq, request_id, run_id, event, principal, channel, data_json, at, "
+                  "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+class SqliteChain:
+    """Appends on SQLite's raw connection, inside a write transaction (BEGIN IMMEDIATE: the file's one
+    writer lock, across processes), used on the database thread only.
+
+    Each tenant's head is remembered as this process last moved or read it, and moved with a
+    compare-and-set on (seq, hash): two statements an append (the head, the entry) instead of three.
+    A miss (another process such as the ``handraise`` CLI appended, or a transaction that moved it
+    rolled back) reads the head, which under the write lock nobody else can move, and moves it from
+    there. So a stale memory costs one statement more, never a broken chain.
+    """
+
+    def __init__(self, key: Callable[[], bytes]) -> None:
+        self._key = key
+        self._heads: dict[str, tuple[int, str]] = {}
+
+    def forget(self) -> None:
+        """After a rollback: what was remembered may not have been committed."""
+        self._heads.clear()
+
+    def append(self, raw: sqlite3.Connection, row: Mapping[str, Any]) -> JournalEntry:
+        """Chain ``row`` (``entry_row``) after its tenant's head, in the transaction open on ``raw``."""
+        tenant_id = row["tenant_id"]
+        key = self._key()
+        head = self._heads.get(tenant_id)
+        moved = False
+        if head is not None:
+            seq, prev_hash = head[0] + 1, head[1]
+            digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **row)
+            moved = raw.execute(_SQLITE_MOVE_HEAD, (seq, digest, tenant_id, *head)).rowcount == 1
+        if not moved:
+            found = raw.execute(_SQLITE_HEAD, (tenant_id,)).fetchone()
+            if found is None:  # the tenant's first entry
+                raw.execute(_SQLITE_NEW_HEAD, (tenant_id, GENESIS_HASH))
+                found = (0, GENESIS_HASH)
+            seq, prev_hash = found[0] + 1, found[1]
+            digest = chain_hash(key, prev_hash=prev_hash, seq=seq, **row)
+            if raw.execute(_SQLITE_MOVE_HEAD, (seq, digest, tenant_id, *found)).rowcount != 1:
+                raise RuntimeError("the journal head moved inside a write transaction")
+        raw.execute(_SQLITE_INSERT, (tenant_id, seq, row["request_id"], row["run_id"], row["event"],
+                                     row["principal"], row["channel"], row["data_json"], row["at"], prev_hash, digest))
+        self._heads[tenant_id] = (seq, digest)
+        return _entry(row, seq, prev_hash, digest)
 
 
 def entry_from_row(r: Mapping[str, Any]) -> JournalEntry:
@@ -133,6 +183,8 @@ class Journal:
         self._read = read
         self._dialect = dialect
         self._key = key
+        # SQLite: the heads this process moved, on the database thread (core/store/sqlite.py).
+        self.sqlite = SqliteChain(self.chain_key) if dialect == "sqlite" else None
 
     def chain_key(self) -> bytes:
         if self._key is None:
@@ -142,6 +194,8 @@ class Journal:
     def append_in(self, c: Connection, row: dict[str, Any],
                   notify: tuple[str, Mapping[str, Any]] | None = None) -> JournalEntry:
         """Append ``row`` (``entry_row``) inside a unit of work already running on ``c``."""
+        if self.sqlite is not None:
+            return self.sqlite.append(c.connection.driver_connection, row)
         return _append(c, self.chain_key(), self._dialect, row, notify)
 
     async def append(self, conn: StoreConnection, *, tenant_id: str, event: str, request_id: str | None = None,
@@ -151,7 +205,7 @@ class Journal:
         tenant's head stays locked from here to the end of the transaction)."""
         row = entry_row(tenant_id=tenant_id, event=event, request_id=request_id, run_id=run_id,
                         principal=principal, channel=channel, data=data, at=at)
-        return await conn.run(_append, self.chain_key(), self._dialect, row)
+        return await conn.run(self.append_in, row)
 
     async def entries(self, *, tenant_id: str, request_id: str | None = None, after_seq: int = 0,
                       limit: int = 1000) -> list[JournalEntry]:

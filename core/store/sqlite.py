@@ -2,7 +2,9 @@
 
 One thread switch per unit of work, write transactions ordered on the thread rather than on an
 asyncio lock, results handed to the event loop in batches (the measured design of the bench's
-SQLite figures: keep it).
+SQLite figures: keep it). The hot units run on the raw sqlite3 connection beneath SQLAlchemy's
+(core/store/sqliteunits.py); a write that is its transaction's only unit runs from BEGIN IMMEDIATE
+to COMMIT in one job.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event
@@ -20,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from handraise.core.errors import UnavailableError
-from handraise.core.store.units import StoreConnection, raise_translated
+from handraise.core.store.units import StoreConnection, raise_translated, raise_translated_sqlite
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,11 @@ class _DbThread:
                     self._writes.append(tx)
             self._cv.notify()
         return future
+
+    def cpu_seconds(self) -> float:
+        """The CPU time this thread has used so far (the bench's measure of the store's work per cycle)."""
+        ident = self._thread.ident
+        return 0.0 if ident is None else time.clock_gettime(time.pthread_getcpuclockid(ident))
 
     def stop(self) -> None:
         """The thread ends once nothing it can run is left."""
@@ -182,6 +191,24 @@ class SqliteRunner:
             raise_translated(e)
             raise
 
+    async def read_raw(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(raw sqlite3 connection, *args)`` on the autocommit reader: each statement its own snapshot."""
+        try:
+            return await result(self.thread.submit(self._read_raw_job, (fn, args)))
+        except sqlite3.Error as e:
+            raise_translated_sqlite(e)
+            raise
+
+    async def write_raw(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(raw sqlite3 connection, *args)`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT), one
+        submit. Unlike ``write`` it may be called inside an open ``transaction()`` that has run nothing
+        (``SqliteConnection.commit_alone``): that one takes no place in the thread's order."""
+        try:
+            return await result(self.thread.submit(self._write_raw_job, (fn, args), tx=WriteQueue(), last=True))
+        except sqlite3.Error as e:
+            raise_translated_sqlite(e)
+            raise
+
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT): one submit."""
         if asyncio.current_task() in self._writing:
@@ -191,6 +218,41 @@ class SqliteRunner:
         except DBAPIError as e:
             raise_translated(e)
             raise
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SqliteConnection]:
+        task = self.enter_write()
+        tx = SqliteConnection(self, write=True)
+        ok = False
+        try:
+            yield tx
+            ok = True
+        finally:
+            self.leave_write(task)
+            # A failed body's ROLLBACK is queued, not awaited: the next transaction runs after it anyway.
+            end = tx.end(commit=ok)
+        if end is not None:
+            await result_to_the_end(end)
+
+    @contextlib.asynccontextmanager
+    async def reader(self) -> AsyncIterator[SqliteConnection]:
+        snapshot = SqliteConnection(self, write=False)
+        try:
+            yield snapshot
+        finally:
+            end = snapshot.end(commit=False)
+            if end is not None:
+                await result_to_the_end(end)
+
+    async def run_raw(self, conn: StoreConnection | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(raw connection, *args)`` in ``conn`` (one of this runner's), or as a read of its own; a write
+        that is its transaction's only unit runs from BEGIN to COMMIT in one job."""
+        if conn is None:
+            return await self.read_raw(fn, *args)
+        if conn.commit_alone():
+            return await self.write_raw(fn, *args)
+        assert isinstance(conn, SqliteConnection)
+        return await conn.run_raw(fn, *args)
 
     # The jobs below run on the database thread.
 
@@ -202,6 +264,29 @@ class SqliteRunner:
             return fn(c, *args)
         finally:
             c.rollback()  # ends SQLAlchemy's bookkeeping only; no transaction is open in autocommit
+
+    def _read_raw_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._reader
+        if c is None:
+            c = self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return fn(c.connection.driver_connection, *args)
+
+    def _write_raw_job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        c = self._writer
+        if c is None:
+            c = self._writer = self.engine.connect()
+        if c.in_transaction():  # left open by a transaction whose end never came: never carry it over
+            c.rollback()
+        raw = c.connection.driver_connection
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(raw, *args)
+            raw.commit()
+            return out
+        except BaseException:
+            if raw.in_transaction:
+                raw.rollback()
+            raise
 
     def begin_writer(self) -> Connection:
         c = self._writer
@@ -221,6 +306,12 @@ class SqliteRunner:
         except BaseException:
             c.rollback()
             raise
+
+    async def checkpoint(self) -> None:
+        await result(self.thread.submit(self.checkpoint_job, (), tx=WriteQueue(), last=True))
+
+    async def migrate(self, upgrade: Callable[[Connection], None]) -> None:
+        await result(self.thread.submit(self.migrate_job, (upgrade,), tx=WriteQueue(), last=True))
 
     def checkpoint_job(self) -> None:
         # Runs as a write transaction's only statement: no writer of ours is mid-transaction, which
@@ -254,9 +345,20 @@ class SqliteConnection(StoreConnection):
         self._tx: WriteQueue | None = None  # a writer's place in the thread's order, from its first statement
         self._write = write
         self._used = False
+        self._alone = False
         self._conn: Connection | None = None  # set and used on the database thread only
 
+    def commit_alone(self) -> bool:
+        """A writer whose first unit is also its last runs it in one job, BEGIN IMMEDIATE to COMMIT
+        (``SqliteRunner.write_raw``): one trip to the database thread instead of two."""
+        if not self._write or self._used or self._alone:
+            return False
+        self._alone = True
+        return True
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._alone:
+            raise RuntimeError("a unit that commits alone must be the last of its transaction")
         self._used = True
         if self._write and self._tx is None:
             self._tx = WriteQueue()
@@ -265,6 +367,13 @@ class SqliteConnection(StoreConnection):
         except DBAPIError as e:
             raise_translated(e)
             raise
+        except sqlite3.Error as e:  # a raw unit's (run_raw)
+            raise_translated_sqlite(e)
+            raise
+
+    async def run_raw(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(raw sqlite3 connection, *args)`` in this transaction (core/store/sqliteunits.py)."""
+        return await self.run(_on_raw, fn, *args)
 
     def _job(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         c = self._conn
@@ -305,6 +414,9 @@ class SqliteConnection(StoreConnection):
             if not self._write:
                 c.close()  # back to the pool; the writer connection stays with the runner
 
+
+def _on_raw(c: Connection, fn: Callable[..., T], *args: Any) -> T:
+    return fn(c.connection.driver_connection, *args)
 
 
 def configure_sqlite(engine: Engine) -> None:

@@ -5,7 +5,8 @@ Every statement here filters by tenant where a tenant is involved. State changes
 compare-and-set updates (``WHERE status = 'pending'``) so that exactly one writer wins, and each
 change appends its journal entry in the same transaction. Storage exceptions end here: callers see
 the core error tree (``units.raise_translated``). Hot statements are built once, with bind parameters
-(core/store/statements.py).
+(core/store/statements.py); the hot units run on the raw driver connection, asyncpg's
+(core/store/pgunits.py) or sqlite3's (core/store/sqliteunits.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from handraise.core.store.leadership import LeaderLocks, lock_key
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
-from handraise.core.store.sqlite import SqliteConnection, SqliteRunner, WriteQueue, result, result_to_the_end
+from handraise.core.store.sqlite import SqliteRunner
+from handraise.core.store.sqliteunits import SqliteHotUnits
 from handraise.core.store.pgunits import PgHotUnits
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import StateRecords
@@ -48,8 +50,6 @@ from handraise.core.store.statements import (
     GET_LINK_BY_HASH,
     GET_REQUEST,
     GET_REQUEST_BY_UNIQUE_ID,
-    GET_REQUEST_BY_UNIQUE_ID_JOINED,
-    GET_REQUEST_JOINED,
     HELD_SENSITIVE,
     INSERT_ANNOTATION,
     INSERT_API_KEY,
@@ -64,7 +64,6 @@ from handraise.core.store.statements import (
     Resolution,
     RESOLVE,
     REVOKE_API_KEY,
-    row_and_deliveries,
     SELECT_1,
     USE_LINK,
 )
@@ -170,6 +169,8 @@ class Store:
         self._inserts = INSERTS[self.dialect]
         self.journal = Journal(read=self._read, dialect=self.dialect,
                                key=None if secret is None else secret.key("journal chain"))
+        # SQLite's hot units on the database thread's raw connection (core/store/sqliteunits.py); None on PostgreSQL.
+        self._lite = None if self.journal.sqlite is None else SqliteHotUnits(self.journal.sqlite)
         self.leadership = LeaderLocks(dsn=self.asyncpg_dsn() if self.is_postgres else None)
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
@@ -216,7 +217,7 @@ class Store:
                 path.parent.mkdir(parents=True, exist_ok=True)
             runner = SqliteRunner(url=make_url(self.async_url).set(drivername="sqlite").render_as_string(False))
             try:
-                await result(runner.thread.submit(runner.migrate_job, (self._migrate,), tx=WriteQueue(), last=True))
+                await runner.migrate(self._migrate)
             except BaseException:
                 await runner.close()
                 raise
@@ -286,18 +287,8 @@ class Store:
             async with conn.exits:
                 yield conn
             return
-        task = runner.enter_write()
-        tx = SqliteConnection(runner, write=True)
-        ok = False
-        try:
+        async with runner.transaction() as tx:
             yield tx
-            ok = True
-        finally:
-            runner.leave_write(task)
-            # A failed body's ROLLBACK is queued, not awaited: the next transaction runs after it anyway.
-            end = tx.end(commit=ok)
-        if end is not None:
-            await result_to_the_end(end)
 
     @contextlib.asynccontextmanager
     async def reader(self) -> AsyncIterator[StoreConnection]:
@@ -310,20 +301,13 @@ class Store:
             async with reader.exits:
                 yield reader
             return
-        snapshot = SqliteConnection(runner, write=False)
-        try:
+        async with runner.reader() as snapshot:
             yield snapshot
-        finally:
-            end = snapshot.end(commit=False)
-            if end is not None:
-                await result_to_the_end(end)
 
     async def checkpoint(self) -> None:
         """Flush the SQLite WAL into the database file and truncate it (deleted values leave the disk)."""
-        runner = self._runner
-        if runner is None:
-            return
-        await result(runner.thread.submit(runner.checkpoint_job, (), tx=WriteQueue(), last=True))
+        if self._runner is not None:
+            await self._runner.checkpoint()
 
     # -- running units of work -------------------------------------------------
 
@@ -385,14 +369,24 @@ class Store:
             return await conn.run(fn, *args)
         return await self._read(fn, *args)
 
+    async def _on_raw(self, conn: StoreConnection | None, fn: Callable[..., T], *args: Any) -> T:
+        """SQLite: ``fn(raw connection, *args)`` (core/store/sqliteunits.py), in ``conn`` or as a read of its own."""
+        if self._runner is None:
+            raise UnavailableError("store is not open")
+        return await self._runner.run_raw(conn, fn, *args)
+
     # -- requests --------------------------------------------------------------
 
     async def get_request(self, tenant_id: str, request_id: str, *,
                           conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        if self._lite is not None:
+            return await self._on_raw(conn, self._lite.request, tenant_id, request_id, None)
         return await self._on(conn, first, GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
 
     async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *,
                                        conn: StoreConnection | None = None) -> dict[str, Any] | None:
+        if self._lite is not None:
+            return await self._on_raw(conn, self._lite.request, tenant_id, None, unique_id)
         return await self._on(conn, first, GET_REQUEST_BY_UNIQUE_ID,
                               {"tenant_id": tenant_id, "unique_id": unique_id})
 
@@ -402,17 +396,17 @@ class Store:
         statement, by id or by the agent's unique_id."""
         if self._hot is not None:
             return await self._hot.request_with_deliveries(tenant_id, request_id=request_id, unique_id=unique_id)
-        if request_id is not None:
-            return await self._read(row_and_deliveries, GET_REQUEST_JOINED, {"id": request_id,
-                                                                              "tenant_id": tenant_id})
-        return await self._read(row_and_deliveries, GET_REQUEST_BY_UNIQUE_ID_JOINED,
-                                {"tenant_id": tenant_id, "unique_id": unique_id})
+        if self._lite is not None:
+            return await self._on_raw(None, self._lite.request_with_deliveries, tenant_id, request_id, unique_id)
+        raise UnavailableError("store is not open")
 
     async def create_request(self, conn: StoreConnection, row: Mapping[str, Any], *, journal: Mapping[str, Any],
                              notify: Mapping[str, Any] | None = None) -> JournalEntry | None:
         """Insert and journal as one unit of work (NOTIFY folded into the journal's statement on PostgreSQL);
         None when (tenant, unique_id) exists already. On PostgreSQL, as its transaction's first unit it is one
         statement that commits at once (core/store/pgunits.py), so it must also be the transaction's last."""
+        if self._lite is not None:
+            return await self._on_raw(conn, self._lite.create, dict(row), entry_row(**journal))
         args = (dict(row), entry_row(**journal), self._notify_arg(notify))
         if self._hot is not None and conn.commit_alone():
             return await self._hot.create(*args, fallback=lambda: self._write(self._create_unit, *args))
@@ -447,6 +441,9 @@ class Store:
     async def _change(self, conn: StoreConnection, stmt: Any, params: dict[str, Any], sets: dict[str, Any],
                       require_unexpired: bool | None, journal: Mapping[str, Any], notify: Mapping[str, Any] | None,
                       with_deliveries: bool) -> Resolution | None:
+        if self._lite is not None:
+            return await self._on_raw(conn, self._lite.change, sets, params, require_unexpired, journal,
+                                      with_deliveries)
         args = (stmt, params, dict(journal), self._notify_arg(notify), with_deliveries)
         if self._hot is not None and conn.commit_alone():
             return await self._hot.change(sets=sets, where=params, require_unexpired=require_unexpired,

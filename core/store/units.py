@@ -4,6 +4,7 @@ returning plain data), and the one place storage errors become the core error tr
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
@@ -68,6 +69,15 @@ def raise_translated(e: DBAPIError) -> None:
     if isinstance(e, IntegrityError):
         raise ConflictError("a stored row with the same key exists") from None
     if isinstance(e, OperationalError) or e.connection_invalidated or server_lost(e.orig):
+        raise UnavailableError("the store does not answer") from e
+
+
+def raise_translated_sqlite(e: sqlite3.Error) -> None:
+    """The same for the raw sqlite3 connection's errors (core/store/sqliteunits.py): SQLAlchemy wraps
+    sqlite3's IntegrityError and OperationalError (a lock not had in time, a disk that fails) alike."""
+    if isinstance(e, sqlite3.IntegrityError):
+        raise ConflictError("a stored row with the same key exists") from None
+    if isinstance(e, sqlite3.OperationalError):
         raise UnavailableError("the store does not answer") from e
 
 

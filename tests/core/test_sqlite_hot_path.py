@@ -1,0 +1,183 @@
+"""SQLite's hot units on the database thread's raw connection (core/store/sqliteunits.py): what a cycle
+costs in statements and trips to the database thread, the journal head remembered and moved by
+compare-and-set while another process appends to the same file, rows as SQLAlchemy would hand them
+over, and storage errors as the core's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from tests.core.test_pg_hot_path import answer, create, opened, request_row
+
+from handraise.core.errors import ConflictError, UnavailableError
+from handraise.core.store import Store
+from handraise.core.store.statements import GET_REQUEST, GET_REQUEST_JOINED, row_and_deliveries
+from handraise.core.store.units import first
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[list[str]]:
+    """Every statement SQLite runs on the connections opened meanwhile (its trace callback)."""
+    statements: list[str] = []
+
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.set_trace_callback(statements.append)
+
+    event.listen(Engine, "connect", connect)
+    try:
+        yield statements
+    finally:
+        event.remove(Engine, "connect", connect)
+
+
+def counting_trips(store: Store) -> list[int]:
+    """How many jobs the store hands its database thread (one trip, and one wake-up of the loop, each)."""
+    runner = store._runner  # noqa: SLF001
+    assert runner is not None
+    trips = [0]
+    submit = runner.thread.submit
+
+    def counted(*a: Any, **k: Any) -> Any:
+        trips[0] += 1
+        return submit(*a, **k)
+
+    runner.thread.submit = counted  # type: ignore[method-assign]
+    return trips
+
+
+def verbs(statements: list[str]) -> list[str]:
+    return [" ".join(s.split()[:3]) for s in statements]
+
+
+async def test_a_cycle_is_four_trips_to_the_database_thread_and_twelve_statements(sqlite_url: str) -> None:
+    with traced() as statements:
+        async with opened(sqlite_url) as store:
+            assert await create(store, "0") is not None
+            assert await store.get_request_with_deliveries("t", request_id="req_0") is not None  # opens the reader
+            trips = counting_trips(store)
+            statements.clear()
+            for i in ("1", "2"):
+                entry = await create(store, i)
+                assert entry is not None and entry.event == "created" and entry.seq == 2 * int(i)
+                found = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+                assert found is not None and found[0]["status"] == "pending"
+                done = await answer(store, i)
+                assert done is not None and done.row["status"] == "answered" and done.entry.event == "answered"
+                read = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+                assert read is not None and read[0]["response_json"] == '"yes"'
+                # Each write is one job from BEGIN IMMEDIATE to COMMIT; the head is moved, never read.
+                assert verbs(statements) == [
+                    "BEGIN IMMEDIATE", "INSERT INTO requests", "UPDATE journal_heads SET", "INSERT INTO journal",
+                    "COMMIT", "SELECT r.*, d.id,",
+                    "BEGIN IMMEDIATE", "UPDATE requests SET", "UPDATE journal_heads SET", "INSERT INTO journal",
+                    "COMMIT", "SELECT r.*, d.id,"], statements
+                statements.clear()
+            assert trips[0] == 8
+            assert await create(store, "1") is None  # the same unique_id: nothing made, nothing journaled
+            assert await answer(store, "1") is None  # answered already: another writer won
+            assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1, 2, 3, 4, 5]
+            assert await store.verify_journal() == []
+
+
+async def test_another_process_appending_between_two_of_ours_leaves_one_gapless_chain(sqlite_url: str) -> None:
+    """Two stores on one file stand for the server and the ``handraise`` CLI: each remembers the head it
+    moved last, which the other's appends make stale; a stale head is read again, never chained after."""
+    with traced() as statements:
+        async with opened(sqlite_url) as a, opened(sqlite_url) as b:
+            for i in range(6):
+                writer = (a, b)[i % 2]
+                assert await create(writer, str(i)) is not None
+            statements.clear()
+            assert await create(a, "6") is not None  # a's head (seq 5) is stale: b wrote seq 6
+            assert verbs(statements)[2:5] == ["UPDATE journal_heads SET", "SELECT seq, hash",
+                                              "UPDATE journal_heads SET"], statements
+            results = await asyncio.gather(*(answer((a, b)[k % 2], str(k)) for k in range(7)))
+            assert all(r is not None for r in results)
+            for store in (a, b):
+                assert [e.seq for e in await store.journal_entries(tenant_id="t")] == list(range(1, 15))
+                assert await store.verify_journal() == []
+
+
+async def test_rows_are_what_sqlalchemy_hands_over(sqlite_url: str) -> None:
+    async with opened(sqlite_url) as store:
+        r = request_row("0", run_id="run-1") | {"sensitive": True}
+        async with store.transaction() as conn:
+            await store.create_request(conn, r, journal={"tenant_id": "t", "event": "created", "request_id": "req_0",
+                                                         "run_id": "run-1", "at": r["created_at"]})
+        await store.deliveries.open(tenant_id="t", request_id="req_0", channel="telegram", target="42", now=1.0)
+        await store.deliveries.open(tenant_id="t", request_id="req_0", channel="slack", target="C1", now=2.0)
+        raw = await store.get_request("t", "req_0")
+        assert raw is not None and raw["sensitive"] is True and raw["response_purged"] is False
+        via_sqlalchemy = await store._read(first, GET_REQUEST, {"id": "req_0", "tenant_id": "t"})  # noqa: SLF001
+        assert raw == via_sqlalchemy
+        assert {k: type(v) for k, v in raw.items()} == {k: type(v) for k, v in via_sqlalchemy.items()}
+        assert await store.get_request_by_unique_id("t", "u-0") == raw
+        joined = await store.get_request_with_deliveries("t", unique_id="u-0")
+        joined_via_sqlalchemy = await store._read(row_and_deliveries, GET_REQUEST_JOINED,  # noqa: SLF001
+                                                  {"id": "req_0", "tenant_id": "t"})
+        assert joined == joined_via_sqlalchemy and joined is not None and len(joined[1]) == 2
+        done = await answer(store, "0", with_deliveries=True)
+        assert done is not None and done.row == await store.get_request("t", "req_0")
+        assert done.row["status"] == "answered" and done.entry.run_id == "run-1"
+        assert [d["channel"] for d in done.deliveries] == ["telegram", "slack"]
+        assert (await store.runs.get("t", "run-1") or {}).get("status") == "running"
+        assert await store.get_request("t", "req_x") is None
+        assert await store.get_request_with_deliveries("t", request_id="req_x") is None
+
+
+async def test_a_hot_unit_in_a_larger_transaction_rolls_back_with_it(sqlite_url: str) -> None:
+    async with opened(sqlite_url) as store:
+        with pytest.raises(RuntimeError, match="boom"):
+            async with store.transaction() as conn:
+                await store.append_journal(conn, tenant_id="t", event="link_minted")
+                r = request_row("0")
+                entry = await store.create_request(conn, r, journal={
+                    "tenant_id": "t", "event": "created", "request_id": r["id"], "at": r["created_at"]})
+                assert entry is not None and entry.seq == 2
+                raise RuntimeError("boom")
+        assert await store.get_request("t", "req_0") is None
+        assert await create(store, "0") is not None
+        assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1]
+        assert await store.verify_journal() == []
+        # A unit that committed alone is its transaction's last.
+        with pytest.raises(RuntimeError, match="last of its transaction"):
+            async with store.transaction() as conn:
+                r = request_row("1")
+                await store.create_request(conn, r, journal={
+                    "tenant_id": "t", "event": "created", "request_id": r["id"], "at": r["created_at"]})
+                await store.append_journal(conn, tenant_id="t", event="link_minted")
+
+
+async def test_storage_errors_of_the_raw_connection_reach_callers_as_core_errors(sqlite_url: str) -> None:
+    async with opened(sqlite_url) as store:
+        await create(store, "0")
+        # An entry planted past the head (tampering): the next append's seq is taken.
+        db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            db.execute("INSERT INTO journal (tenant_id, seq, event, data_json, at, prev_hash, hash) "
+                       "VALUES ('t', 2, 'planted', '{}', 0, '', '')")
+            with pytest.raises(ConflictError):
+                await create(store, "1")
+            assert await store.get_request("t", "req_1") is None  # the unit rolled back whole
+            db.execute("DELETE FROM journal WHERE event = 'planted'")
+            # Another connection holds the file's write lock past the busy timeout: unavailable, not a 500.
+            runner = store._runner  # noqa: SLF001
+            assert runner is not None
+            await runner.write_raw(lambda raw: raw.execute("PRAGMA busy_timeout = 50"))
+            db.execute("BEGIN IMMEDIATE")
+            with pytest.raises(UnavailableError):
+                await create(store, "1")
+            db.execute("ROLLBACK")
+        finally:
+            db.close()
+        assert await create(store, "1") is not None
+        assert await store.verify_journal() == []
