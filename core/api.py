@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,10 +34,18 @@ def url_host(url: str) -> str:
     return urlsplit(url).netloc.rpartition("@")[2]
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(ts: float | None) -> str | None:
+    # Cached: a request's created_at and expires_at are written in every view and event of it (a cycle
+    # wrote the same two times nine times over).
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Stored JSON is the server's own output (json.dumps or canonical JSON, never padded): one call of the C
+# scanner reads it, without json.loads's checks for what only a client sends (a BOM, padding, trailing data).
+_scan_json = json.JSONDecoder().scan_once
 
 
 # -- request bodies: strict types, unknown fields refused -----------------------
@@ -223,6 +232,13 @@ def optional_not_null(schema: dict[str, Any]) -> None:
             del prop["default"]
 
 
+# Columns of a request row that later migrations added, and their value on a row without them.
+_LATER_COLUMNS: dict[str, Any] = dict.fromkeys((
+    "opened_at", "interacted_at", "on_timeout_json", "callback_url", "proposal_json", "proposal_schema_json",
+    "assign_to_json", "on_behalf_of", "schedule_json", "approvals_required", "reject_policy", "votes_json",
+    "votes_version"))
+
+
 @dataclass(frozen=True)
 class DeliveryView:
     channel: str
@@ -300,29 +316,32 @@ class RequestView:
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, deliveries: list[dict[str, Any]] | None = None) -> RequestView:
+        # Columns later migrations added, absent from some rows (a fresh insert's): their value then.
+        row = {**_LATER_COLUMNS, **row}
         return cls(
             id=row["id"], tenant_id=row["tenant_id"], unique_id=row["unique_id"], status=row["status"],
             message_for_user=row["message_for_user"],
-            schema=json.loads(row["form_schema_json"]) if row["form_schema_json"] else None,
+            schema=_scan_json(row["form_schema_json"], 0)[0] if row["form_schema_json"] else None,
             kind=row["kind"], sensitive=bool(row["sensitive"]), run_id=row["run_id"],
-            channels=json.loads(row["channels_json"]), created_at=row["created_at"], expires_at=row["expires_at"],
-            created_by=row["created_by"],
-            response=json.loads(row["response_json"]) if row["response_json"] is not None else None,
+            channels=_scan_json(row["channels_json"], 0)[0], created_at=row["created_at"],
+            expires_at=row["expires_at"], created_by=row["created_by"],
+            response=_scan_json(row["response_json"], 0)[0] if row["response_json"] is not None else None,
             response_purged=bool(row["response_purged"]),
             resolved_by=row["resolved_by"], resolved_channel=row["resolved_via"], resolved_at=row["resolved_at"],
             deliveries=[DeliveryView(d["channel"], d["target"], d["status"], d["attempts"], d["last_error"],
-                                     d["updated_at"]) for d in (deliveries or [])],
-            opened_at=row.get("opened_at"), interacted_at=row.get("interacted_at"),
-            on_timeout=json.loads(row["on_timeout_json"]) if row.get("on_timeout_json") else "expire",
-            callback_url=row.get("callback_url"),
-            proposal=json.loads(row["proposal_json"]) if row.get("proposal_json") else None,
-            proposal_schema=json.loads(row["proposal_schema_json"]) if row.get("proposal_schema_json") else None,
-            assign_to=json.loads(row["assign_to_json"]) if row.get("assign_to_json") else None,
-            on_behalf_of=row.get("on_behalf_of"),
-            schedule=Schedule.from_json(row.get("schedule_json"), created_at=row["created_at"]),
-            approvals_required=row.get("approvals_required"), reject_policy=row.get("reject_policy"),
-            votes=json.loads(row["votes_json"]) if row.get("votes_json") else [],
-            votes_version=row.get("votes_version") or 0,
+                                     d["updated_at"]) for d in deliveries] if deliveries else [],
+            opened_at=row["opened_at"], interacted_at=row["interacted_at"],
+            on_timeout=_scan_json(row["on_timeout_json"], 0)[0] if row["on_timeout_json"] else "expire",
+            callback_url=row["callback_url"],
+            proposal=_scan_json(row["proposal_json"], 0)[0] if row["proposal_json"] else None,
+            proposal_schema=_scan_json(row["proposal_schema_json"], 0)[0] if row["proposal_schema_json"] else None,
+            assign_to=_scan_json(row["assign_to_json"], 0)[0] if row["assign_to_json"] else None,
+            on_behalf_of=row["on_behalf_of"],
+            schedule=Schedule.from_json(row["schedule_json"], created_at=row["created_at"])
+            if row["schedule_json"] else None,
+            approvals_required=row["approvals_required"], reject_policy=row["reject_policy"],
+            votes=_scan_json(row["votes_json"], 0)[0] if row["votes_json"] else [],
+            votes_version=row["votes_version"] or 0,
         )
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -367,7 +386,7 @@ class RequestView:
             out["cancelled_at"] = iso(self.resolved_at)
         elif self.status == "expired":
             out["expired_at"] = iso(self.resolved_at)
-        out["deliveries"] = [d.to_json() for d in self.deliveries]
+        out["deliveries"] = [d.to_json() for d in self.deliveries] if self.deliveries else []
         return out
 
     def event_json(self) -> dict[str, Any]:

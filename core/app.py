@@ -51,7 +51,7 @@ from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
 from handraise.core.http import runs as run_routes
 from handraise.core.http.auth import Keyring
-from handraise.core.http.middleware import error_middleware
+from handraise.core.http.middleware import api_middleware, error_middleware
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
@@ -72,8 +72,9 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     admission = WriteAdmission(limit=settings.limits.max_writes_in_flight,
                                max_queue_seconds=settings.limits.max_write_queue_ms / 1000,
                                retry_after=settings.limits.overload_retry_after_seconds)
-    # The error handler is outermost: an overloaded refusal is written as the flat envelope too.
-    app = web.Application(middlewares=[error_middleware, admission.middleware()],
+    # One middleware: the error handler around the write bound, so an overloaded refusal is written as the
+    # flat envelope too.
+    app = web.Application(middlewares=[api_middleware(admission)],
                           client_max_size=settings.server.max_body_bytes)
     app[ADMISSION] = admission
     instance_id = instance_id or secrets.token_hex(6)

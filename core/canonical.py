@@ -34,30 +34,43 @@ def _spelled_alike(value: object) -> bool:
     strings (code-point and UTF-16 orders agree, no surrogates; the escapes are the same), safe integers,
     fractional floats of plain notation, booleans, null, lists and objects. Other floats and other
     text take the full RFC 8785 path."""
+    # Exact classes (``__class__``, an attribute rather than a call): a subclass of str or int (an enum, a
+    # bool posing as a number) takes the full path. Containers wait on the stack; their members are checked
+    # where they stand.
     stack = [value]
     while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                return False
-        elif isinstance(item, dict):
-            for key, member in item.items():
-                if not isinstance(key, str) or not key.isascii():
+        container = stack.pop()
+        cls = container.__class__
+        if cls is dict:
+            try:
+                # Every name at once: a name that is not a string makes join raise.
+                if not "".join(container).isascii():
                     return False
-                stack.append(member)
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif item is None or isinstance(item, bool):
-            continue
-        elif type(item) is int:
-            if not -_SAFE_INT <= item <= _SAFE_INT:
+            except TypeError:
                 return False
-        elif type(item) is float:
-            # Times (epoch seconds with a fraction) and fractional numbers; NaN fails both bounds.
-            if not (_PLAIN_FLOAT_MIN <= abs(item) < _PLAIN_FLOAT_MAX) or item.is_integer():
-                return False
+            members = container.values()
+        elif cls is list:
+            members = container
         else:
-            return False
+            members = (container,)  # the value itself, not in a container
+        for item in members:
+            cls = item.__class__
+            if cls is str:
+                if not item.isascii():
+                    return False
+            elif cls is dict or cls is list:
+                stack.append(item)
+            elif item is None or cls is bool:
+                continue
+            elif cls is int:
+                if not -_SAFE_INT <= item <= _SAFE_INT:
+                    return False
+            elif cls is float:
+                # Times (epoch seconds with a fraction) and fractional numbers; NaN fails both bounds.
+                if not (_PLAIN_FLOAT_MIN <= abs(item) < _PLAIN_FLOAT_MAX) or item.is_integer():
+                    return False
+            else:
+                return False
     return True
 
 

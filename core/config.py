@@ -451,7 +451,10 @@ class Settings(_Section):
         return self._source
 
     def tenant(self, tenant_id: str) -> TenantSettings | None:
-        return next((t for t in self.tenants if t.id == tenant_id), None)
+        for tenant in self.tenants:  # a loop, not next() over a generator: every request asks, often twice
+            if tenant.id == tenant_id:
+                return tenant
+        return None
 
     def connector_section(self, name: str) -> Any:
         """The raw table of a connector, or None when it is not configured."""

@@ -129,7 +129,9 @@ class Dispatcher(Recovery):
         if not ev.local or self._closed:
             return
         if ev.type == REQUEST_CREATED:
-            self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id, ev.data.get("channels", [])))
+            # Most requests of a web-only tenant go nowhere: decide that before making a task.
+            if self._delivers(ev.tenant_id, ev.data.get("channels", [])):
+                self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id))
         elif ev.type == REQUEST_SCHEDULED:
             self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id,
                                                       reached=bool(ev.data.get("reached")),
@@ -205,10 +207,7 @@ class Dispatcher(Recovery):
 
     # -- delivery --------------------------------------------------------------
 
-    async def _deliver_all(self, tenant_id: str, request_id: str, channels: list[str]) -> None:
-        # Most requests of a web-only tenant go nowhere: decide that before reading the store.
-        if not self._delivers(tenant_id, channels):
-            return
+    async def _deliver_all(self, tenant_id: str, request_id: str) -> None:
         view = await _stored(lambda: self.service.get(tenant_id=tenant_id, request_id=request_id,
                                                       with_deliveries=False))
         for channel in view.channels:

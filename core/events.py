@@ -94,14 +94,17 @@ class EventBus:
 
     def publish(self, ev: Event) -> None:
         # Events carry their journal seq; one without (a test's own) gets a local number.
-        ev = Event(ev.type, ev.tenant_id, ev.object_id, ev.data, ev.run_id, ev.local, ev.seq or next(self._seq))
-        for sub in list(self._subs):
-            if sub.matches(ev):
-                sub.offer(ev)
+        if not ev.seq:
+            ev = Event(ev.type, ev.tenant_id, ev.object_id, ev.data, ev.run_id, ev.local, next(self._seq))
+        if self._subs:
+            for sub in list(self._subs):
+                if sub.matches(ev):
+                    sub.offer(ev)
         for fn in self._listeners:
             try:
                 result = fn(ev)
-                if asyncio.iscoroutine(result):
+                # Most listeners are plain functions (None): no isinstance check through the ABCs for them.
+                if result is not None and asyncio.iscoroutine(result):
                     task = asyncio.get_running_loop().create_task(result)
                     task.add_done_callback(_log_failure)
             except Exception:

@@ -52,10 +52,10 @@ class AccessLog(AbstractAccessLogger):
         super().__init__(access_log, log_format)
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:  # noqa: A002
-        principal = request.get(PRINCIPAL_ATTR)
-        path = mask_tokens(request.path)
         if not self.logger.isEnabledFor(logging.INFO):
             return
+        principal = request.get(PRINCIPAL_ATTR)
+        path = mask_tokens(request.path)
         ms = round(time * 1000, 1)
         metrics = request.app.get(METRICS) if isinstance(request, web.Request) else None
         if metrics is not None:

@@ -10,7 +10,7 @@ and must not learn who the others are or how busy they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -41,6 +41,8 @@ class Metrics:
             "handraise_requests_resolved", "Requests that became terminal on this instance, by final status and "
             "by the route that resolved them (web, api, telegram, slack, matrix, timeout ...)",
             ["status", "via"], registry=r)
+        # Its series by (status, via): labels() looks one up in several calls, for every resolution.
+        self._resolved_series: dict[tuple[str, str], Any] = {}
         self.wake_latency = Histogram("handraise_wake_latency_seconds",
                                       "From a resolution to the waiting agent's call returning", registry=r,
                                       buckets=_WAKE_BUCKETS)
@@ -84,7 +86,11 @@ class Metrics:
         elif ev.type == REQUEST_RESOLVED:
             status = str(ev.data.get("status", "unknown"))
             channel = {"expired": "timeout", "cancelled": "api"}.get(status) or str(ev.data.get("answered_via") or "")
-            self.requests_resolved.labels(status, channel or "unknown").inc()
+            key = (status, channel or "unknown")
+            series = self._resolved_series.get(key)
+            if series is None:
+                series = self._resolved_series[key] = self.requests_resolved.labels(*key)
+            series.inc()
         elif ev.type == RUN_ANNOTATED:
             signal = ev.data.get("signal")
             kind = signal.get("kind") if isinstance(signal, dict) else None

@@ -42,6 +42,7 @@ from handraise.core.errors import (
     UniqueIdReusedError,
     ValidationFailedError,
 )
+from handraise.core.jsontext import dumps, dumps_unicode
 from handraise.core.links import LinkDoors, new_id
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
 from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
@@ -152,9 +153,9 @@ class RequestService(Sweeping, LinkDoors):
             "id": new_id("req"), "tenant_id": tenant_id, "unique_id": body.unique_id, "body_sha256": body_sha,
             "message_for_user": body.message_for_user,
             # Stored as given, not canonicalised: property order is the order humans see the fields in.
-            "form_schema_json": json.dumps(effective, ensure_ascii=False) if effective is not None else None,
+            "form_schema_json": dumps_unicode(effective) if effective is not None else None,
             "kind": body.kind, "sensitive": body.sensitive, "run_id": body.run_id,
-            "channels_json": json.dumps(channels), "status": "pending", "created_by": principal,
+            "channels_json": dumps(channels), "status": "pending", "created_by": principal,
             "created_at": now, "expires_at": now + timeout,
             "on_timeout_json": None if on_timeout == timeouts.EXPIRE else canonical_json(on_timeout),
             "callback_url": body.callback_url,

@@ -26,13 +26,9 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-
-from aiohttp import web
+from collections.abc import Callable, Iterator
 
 from handraise.core.errors import OverloadedError
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Machine traffic, which retries after a Retry-After: the API and messengers' webhooks. A person's
@@ -143,8 +139,12 @@ class WriteAdmission:
         retry_after = self.retry_after_seconds()
         return OverloadedError(f"{message}; retry after {retry_after} s", retry_after=retry_after)
 
-    @contextlib.contextmanager
-    def admit(self) -> Iterator[None]:
+    def bounds(self, method: str, path: str) -> bool:
+        """Whether a request is a write this bound admits (machine traffic, not admitted by its handler)."""
+        return method in _WRITES and path.startswith(_BOUNDED) and not path.startswith(_ADMITTED_BY_HANDLER)
+
+    def enter(self) -> tuple[float, bool]:
+        """Admit one write, or raise ``OverloadedError``; hand what it returns to ``leave`` once the write is done."""
         if self.limit and self.in_flight >= self.limit:
             raise self._refuse(BY_COUNT, f"this instance has {self.limit} writes in flight")
         if self.max_queue_seconds and (wait := self.expected_wait()) > self.max_queue_seconds:
@@ -153,26 +153,23 @@ class WriteAdmission:
         solo = self.in_flight == 0
         started, _ = self._now()
         self.in_flight += 1
+        return started, solo
+
+    def leave(self, admitted: tuple[float, bool]) -> None:
+        # A write that failed left the queue all the same: it counts towards the rate.
+        started, solo = admitted
+        done = self._now()
+        self._done.append(done)
+        self.in_flight -= 1
+        if solo:
+            took = done[0] - started
+            self.service_seconds = took if self.service_seconds is None else (
+                self.service_seconds + _SERVICE_WEIGHT * (took - self.service_seconds))
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[None]:
+        admitted = self.enter()
         try:
             yield
         finally:
-            # A write that failed left the queue all the same: it counts towards the rate.
-            done = self._now()
-            self._done.append(done)
-            self.in_flight -= 1
-            if solo:
-                took = done[0] - started
-                self.service_seconds = took if self.service_seconds is None else (
-                    self.service_seconds + _SERVICE_WEIGHT * (took - self.service_seconds))
-
-    def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-        @web.middleware
-        async def admission(request: web.Request, handler: Handler) -> web.StreamResponse:
-            path = request.path
-            if (request.method not in _WRITES or not path.startswith(_BOUNDED)
-                    or path.startswith(_ADMITTED_BY_HANDLER)):
-                return await handler(request)
-            with self.admit():
-                return await handler(request)
-
-        return admission
+            self.leave(admitted)

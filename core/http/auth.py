@@ -34,6 +34,8 @@ class Principal:
 
 # Stored keys are re-read at most this often: a revocation takes effect within it.
 STORED_KEYS_TTL = 5.0
+# Authorization headers of config keys remembered at most (see Keyring._known).
+_KNOWN_HEADERS = 256
 # An unknown key re-reads the stored keys at most this often: a key just made with ``handraise keys
 # create`` works within a second, and a flood of random keys costs one query a second, not one each.
 UNKNOWN_KEY_RELOAD = 1.0
@@ -55,6 +57,10 @@ class Keyring:
         self._stored: dict[str, Principal] = {}
         self._loaded_at = -math.inf
         self._reload_lock = asyncio.Lock()
+        # Authorization headers already found to carry a key of the config, which never changes while the
+        # server runs: such a request is not hashed again. Only known keys enter (a stranger's random keys
+        # never do), and it is emptied past _KNOWN_HEADERS (spellings of the same key: "bearer", spaces).
+        self._known: dict[str, Principal] = {}
 
     @property
     def empty(self) -> bool:
@@ -81,6 +87,13 @@ class Keyring:
 
     async def authenticate(self, request: web.Request) -> Principal:
         header = request.headers.get("Authorization", "")
+        principal = self._known.get(header)
+        if principal is None:
+            principal = await self._authenticate(header)
+        request[PRINCIPAL_ATTR] = principal  # for the access log line: tenant and key id, never the key
+        return principal
+
+    async def _authenticate(self, header: str) -> Principal:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise UnauthorizedError("missing bearer key: send 'Authorization: Bearer <key>'")
@@ -90,7 +103,10 @@ class Keyring:
         principal = await self.lookup(key)
         if principal is None:
             raise UnauthorizedError("unknown key")
-        request[PRINCIPAL_ATTR] = principal  # for the access log line: tenant and key id, never the key
+        if self._config.get(hashlib.sha256(key.encode()).hexdigest()) is principal:
+            if len(self._known) >= _KNOWN_HEADERS:
+                self._known.clear()
+            self._known[header] = principal
         return principal
 
     async def authorize(self, request: web.Request, *scopes: str) -> Principal:

@@ -1,7 +1,9 @@
 """One error handler: HandraiseError and aiohttp's HTTP errors become OpenWOP's flat error envelope.
 
 It also refuses a malformed request line or key header before any handler sees it
-(``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text.
+(``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text; and, on the
+main application, admits each bounded write (``core/http/admission.py``) in the same await, so a
+request passes one middleware rather than a stack of them.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from handraise.core.errors import HandraiseError, OverloadedError, RetryLaterError, error_body
+from handraise.core.http.admission import WriteAdmission
 from handraise.core.http.input import read_json, refuse_malformed
+from handraise.core.http.output import json_response
 from handraise.core.logs import mask_tokens
 
-__all__ = ["error_middleware", "error_response", "read_json"]
+__all__ = ["api_middleware", "error_middleware", "error_response", "read_json"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
@@ -27,27 +32,44 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
 
 def error_response(err: HandraiseError) -> web.Response:
     headers = {"Retry-After": str(err.retry_after)} if isinstance(err, RetryLaterError) else None
-    return web.json_response(err.to_json(), status=err.status, headers=headers)
+    return json_response(err.to_json(), status=err.status, headers=headers)
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        refuse_malformed(request)
-        return await handler(request)
-    except HandraiseError as e:
-        if e.status >= 500 and not isinstance(e, OverloadedError):  # shedding is not a failure
-            log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
-        return error_response(e)
-    except web.HTTPException as e:
-        if e.status < 400 or e.content_type == "text/html":
+def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
+    """The error handler; with ``admission``, which it consults first (a refusal is an error like any
+    other), also the bound on writes in flight."""
+
+    @web.middleware
+    async def api(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            refuse_malformed(request)
+            if admission is None or not admission.bounds(request.method, request.path):
+                return await handler(request)
+            admitted = admission.enter()
+            try:
+                return await handler(request)
+            finally:
+                admission.leave(admitted)
+        except HandraiseError as e:
+            if e.status >= 500 and not isinstance(e, OverloadedError):  # shedding is not a failure
+                log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
+            return error_response(e)
+        except web.HTTPException as e:
+            if e.status < 400 or e.content_type == "text/html":
+                raise
+            code = _HTTP_CODES.get(e.status, "http_error")
+            body = error_body(code, e.reason)
+            return json_response(body, status=e.status, headers={k: v for k, v in e.headers.items()
+                                                                 if k.lower() == "allow"})
+        except (ConnectionResetError, web.HTTPClientError):
             raise
-        code = _HTTP_CODES.get(e.status, "http_error")
-        body = error_body(code, e.reason)
-        return web.json_response(body, status=e.status, headers={k: v for k, v in e.headers.items()
-                                                                  if k.lower() == "allow"})
-    except (ConnectionResetError, web.HTTPClientError):
-        raise
-    except Exception:
-        log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
-        return web.json_response(error_body("internal", "internal error"), status=500)
+        except Exception:
+            log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
+            return json_response(error_body("internal", "internal error"), status=500)
+
+    return api
+
+
+# A sub-application's own error handler (a connector's webhook routes); the main application's middleware,
+# the write bound included, runs around it.
+error_middleware = api_middleware()

@@ -17,6 +17,7 @@ from handraise.core.canonical import canonical_json
 from handraise.core.cursors import MAX_CURSOR_CHARS
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
+from handraise.core.http.output import json_response
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -68,7 +69,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
         headers["ETag"] = f'"{hashlib.sha256(canonical_json(body).encode()).hexdigest()[:32]}"'
         if request.headers.get("If-None-Match") == headers["ETag"]:
             return web.Response(status=304, headers=headers)
-    response = web.json_response(body, status=status, headers=headers)
+    response = json_response(body, status=status, headers=headers)
     if include and view.sensitive and view.has_response:
         await response.prepare(request)
         await response.write_eof()
@@ -81,10 +82,10 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
 
 @routes.post("/v1/requests")
 async def create_request(request: web.Request) -> web.StreamResponse:
-    principal = await request.app[KEYRING].authorize(request, "ask")
-    service = request.app[SERVICE]
+    app = request.app
+    principal = await app[KEYRING].authorize(request, "ask")
     body = parse_body(CreateRequestBody, await read_json(request), what="request body")
-    view, created = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
+    view, created = await app[SERVICE].create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
     return await send_view(request, principal, view, status=201 if created else 200)
 
 
@@ -96,7 +97,7 @@ async def list_requests(request: web.Request) -> web.StreamResponse:
                                                          run_id=query.run_id, cursor=query.cursor,
                                                          limit=query.limit)
     # A list never carries a sensitive response, whoever asks: it is not how an agent collects its answer.
-    return web.json_response({"requests": [v.event_json() for v in views], "next_cursor": next_cursor},
+    return json_response({"requests": [v.event_json() for v in views], "next_cursor": next_cursor},
                              headers=NO_STORE)
 
 
@@ -109,11 +110,12 @@ async def get_request(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/v1/requests/{id}/wait")
 async def wait_request(request: web.Request) -> web.StreamResponse:
-    principal = await request.app[KEYRING].authorize(request, "ask")
-    cap = float(request.app[SETTINGS].limits.max_wait_seconds)
+    app = request.app
+    principal = await app[KEYRING].authorize(request, "ask")
+    cap = float(app[SETTINGS].limits.max_wait_seconds)
     timeout = parse_query(request, WaitQuery).timeout
-    view = await request.app[SERVICE].wait(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
-                                           timeout=cap if timeout is None else min(timeout, cap))
+    view = await app[SERVICE].wait(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
+                                   timeout=cap if timeout is None else min(timeout, cap))
     return await send_view(request, principal, view)
 
 
@@ -151,11 +153,12 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/api/human-feedback/submit")
 async def submit_answer(request: web.Request) -> web.StreamResponse:
-    principal = await request.app[KEYRING].authorize(request, "answer")
+    app = request.app
+    principal = await app[KEYRING].authorize(request, "answer")
     body = parse_body(SubmitBody, await read_json(request), what="submission")
-    view = await request.app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
-                                             response=body.response, principal=principal.name, channel="api")
-    return web.json_response({"accepted": True, "request": view.to_json(include_response=False)})
+    view = await app[SERVICE].submit(tenant_id=principal.tenant_id, unique_id=body.unique_id,
+                                     response=body.response, principal=principal.name, channel="api")
+    return json_response({"accepted": True, "request": view.to_json(include_response=False)})
 
 
 @routes.post("/v1/requests/{id}/links")
@@ -166,4 +169,4 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient,
                                                 person=body.person, forward="answer" not in principal.scopes)
-    return web.json_response(link.to_json(), status=201, headers=NO_STORE)
+    return json_response(link.to_json(), status=201, headers=NO_STORE)

@@ -10,6 +10,7 @@ import unicodedata
 from typing import Any
 
 from handraise.core.errors import InvalidSchemaError
+from handraise.core.jsontext import dumps_unicode
 from handraise.core.schema.shapes import (
     APPROVAL_SCHEMA,
     FORMATS,
@@ -89,11 +90,35 @@ def check_schema(
     return copy.deepcopy(schema)
 
 
-async def check_schema_off_loop(schema: dict | None, **kwargs: Any) -> dict | None:
-    """``check_schema`` for a server: a ``default`` whose pattern would take noticeable time is checked off the loop."""
+async def check_schema_off_loop(schema: dict | None, *, kind: str = "input", max_fields: int = MAX_FIELDS,
+                                max_bytes: int = MAX_SCHEMA_BYTES) -> dict | None:
+    """``check_schema`` for a server: a ``default`` whose pattern would take noticeable time is checked off the
+    loop, and a schema that passed before (agents ask the same question again and again) is not checked again."""
+    try:
+        key = (dumps_unicode(schema), kind, max_fields, max_bytes)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: check_schema says why
+        key = None
+    effective_text = _PASSED.get(key) if key is not None else None
+    if effective_text is not None:
+        # A fresh copy for each caller, as check_schema's own result is.
+        return _scan_json(effective_text, 0)[0]
     if isinstance(schema, dict) and _default_steps(schema) > OFF_LOOP_STEPS:
-        return await asyncio.to_thread(check_schema, schema, **kwargs)
-    return check_schema(schema, **kwargs)
+        effective = await asyncio.to_thread(check_schema, schema, kind=kind, max_fields=max_fields,
+                                            max_bytes=max_bytes)
+    else:
+        effective = check_schema(schema, kind=kind, max_fields=max_fields, max_bytes=max_bytes)
+    if key is not None:
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED[key] = dumps_unicode(effective)
+    return effective
+
+
+# Schemas that passed check_schema: (the schema's JSON text, kind, max_fields, max_bytes) -> the effective
+# schema's JSON text (a refusal is never kept: it is checked again, and refused again, each time).
+_PASSED: dict[tuple[str, str, int, int], str] = {}
+_PASSED_MAX = 256  # at most 8 KB each way (max_schema_bytes): a few MB at worst
+_scan_json = json.JSONDecoder().scan_once
 
 
 def _default_steps(schema: dict) -> int:

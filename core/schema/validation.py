@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import gettext
 import math
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from handraise.core.jsontext import dumps_unicode
 from handraise.core.schema.formats import FORMAT_CHECKER
 from handraise.core.schema.messages import ENGLISH, problem
 from handraise.core.schema.patterns import PatternError, pattern_cost, pattern_search
@@ -118,8 +120,29 @@ def _pattern(validator: Any, pattern: str, instance: object, schema: dict) -> It
 AnswerValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
 
 
+def _validator(schema: dict) -> Any:
+    """An ``AnswerValidator`` for ``schema``, built once per schema (by its JSON text): building one is most
+    of the work of checking a short answer."""
+    try:
+        key = dumps_unicode(schema)
+    except (TypeError, ValueError, RecursionError):
+        return AnswerValidator(schema, format_checker=FORMAT_CHECKER)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        if len(_VALIDATORS) >= _VALIDATORS_MAX:
+            _VALIDATORS.clear()
+        # Its own copy of the schema: the caller's may change after this call.
+        validator = _VALIDATORS[key] = AnswerValidator(copy.deepcopy(schema), format_checker=FORMAT_CHECKER)
+    return validator
+
+
+# Validators by their schema's JSON text; a validator holds its schema, at most 8 KB (max_schema_bytes).
+_VALIDATORS: dict[str, Any] = {}
+_VALIDATORS_MAX = 256
+
+
 def schema_errors(schema: dict, value: object, *, t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:
-    validator = AnswerValidator(schema, format_checker=FORMAT_CHECKER)
+    validator = _validator(schema)
     found: list[tuple[tuple[int, str], FieldError, bool]] = []
     unfit: dict[str, str] = {}
     bad_names: dict[str, str] = {}

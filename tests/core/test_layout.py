@@ -20,7 +20,7 @@ CORE = ROOT / "core"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.split())) for name, units in (
     # Words and rules everything uses: errors, text, canonical JSON, configuration (with the escalation
     # schedule it checks), the tables' shape.
-    ("basics", "errors text canonical problems i18n cursors attempts backoff redaction config serversecret "
+    ("basics", "errors text canonical jsontext problems i18n cursors attempts backoff redaction config serversecret "
                "sealing people names models schedule"),
     # The form-schema subset, and the answer policies built on it (the deadline, proposals).
     ("schema", "schema timeouts proposals"),

@@ -1,0 +1,250 @@
+"""The request path's shortcuts (issue 19) give exactly what the long way gave: the JSON reader, the response
+writer, the keyring's memory of config keys, the schema and validator caches, canonical JSON's fast check,
+and the dispatcher's and event bus's skipped work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import secrets
+import time
+from typing import Any
+
+import pytest
+import rfc8785
+from aiohttp import web
+
+from conftest import AGENT_KEY, OPERATOR_KEY, Api
+from handraise.core.appkeys import DISPATCHER, KEYRING, STORE
+from handraise.core.canonical import _spelled_alike, canonical_json
+from handraise.core.commands.access import hash_key
+from handraise.core.errors import BadRequestError, InvalidSchemaError
+from handraise.core.events import Event, EventBus
+from handraise.core.http import input as http_input
+from handraise.core.http.output import json_response
+from handraise.core.jsontext import dumps, dumps_unicode
+from handraise.core.schema import check_schema, check_schema_off_loop, validate_answer
+
+# -- the JSON reader ---------------------------------------------------------------------------------------
+
+BODIES = [
+    b'{"unique_id": "a", "message_for_user": "m"}', b'  {"a": 1}  ', b'{"a": 1} x', b'{"a": 1}\n', b"\n[1]",
+    b"", b" ", b"{", b"}", b"[1, 2", b"nul", b"null", b"true", b"-", b"-1", b"1.5", b'"text"', b"NaN",
+    b'{"a": NaN}', b'{"a": -Infinity}', b'{"a": 1e999}', b'{"a": 1E400}', b'{"a": -0.0}', b"1" * 5000,
+    "\ufeff{}".encode(), b'{"a": "\\ud800"}', b'{"\\udc00": 1}', b'{"a": "\\ud83d\\ude00"}', b'{"a": "\\u00e9"}',
+    '{"a": "é ✓"}'.encode(), b"\xff\xfe", b"[" * 32 + b"]" * 32, b"[" * 33 + b"]" * 33, b"[" * 40 + b"]" * 40,
+    b"[" * 2000 + b"]" * 2000, b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', b'{"a": {"b": {"c": [1, {}]}}}',
+    b'{"a": "\\\\ud800"}', b'{"u": "x", "u": "y"}', b"[1,]", b'{"a":1,}', b"\t{}\r\n",
+]
+
+
+def _reference(raw: bytes) -> Any:
+    """parse_json as it was: json.loads with the strict hooks, then the full walk over every value."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequestError("malformed JSON: the body is not UTF-8") from None
+    try:
+        value = json.loads(text, parse_constant=http_input._no_constant, parse_float=http_input._finite_float)
+    except RecursionError:
+        raise BadRequestError(f"malformed JSON: nested more than {http_input.MAX_JSON_DEPTH} deep") from None
+    except http_input._NumberError as e:
+        raise BadRequestError(f"malformed JSON: {e}") from None
+    except json.JSONDecodeError as e:
+        raise BadRequestError(f"malformed JSON: {e}") from None
+    except ValueError:
+        raise BadRequestError("malformed JSON: a number has too many digits") from None
+    http_input._check_shape(value)
+    return value
+
+
+def _outcome(parse: Any, raw: bytes) -> tuple[str, Any]:
+    try:
+        return "value", parse(raw)
+    except BadRequestError as e:
+        return "refused", e.message
+
+
+@pytest.mark.parametrize("raw", BODIES, ids=range(len(BODIES)))
+def test_the_json_reader_gives_what_json_loads_and_the_full_walk_give(raw: bytes) -> None:
+    kind, got = _outcome(http_input.parse_json, raw)
+    assert (kind, got) == _outcome(_reference, raw)
+    if kind == "value" and isinstance(got, float):
+        assert math.copysign(1, got) == math.copysign(1, _reference(raw))
+
+
+def test_a_body_that_could_nest_too_deep_or_spell_a_surrogate_is_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    walked: list[Any] = []
+    monkeypatch.setattr(http_input, "_check_shape", walked.append)
+    http_input.parse_json(b'{"unique_id": "a", "schema": {"type": "string"}}')
+    assert walked == []  # two brackets, no escape: nothing to find
+    http_input.parse_json(b'{"a": "\\u00e9"}')
+    http_input.parse_json(b"[" * 33 + b"]" * 33)
+    assert len(walked) == 2
+
+
+# -- the response writer -----------------------------------------------------------------------------------
+
+RESPONSE_BODIES: list[Any] = [
+    {"id": "req_1", "schema": {"type": "string", "pattern": "^[0-9]{6}$"}, "channels": [], "n": 1.5, "x": None},
+    {"message": "é ✓ \u2028 \x00 \"quoted\" \\", "nested": [[{}], {"a": [True, False]}]}, [], "text", 12,
+    {"nan": float("nan"), "inf": float("inf"), "big": 2**70, "neg": -0.0},
+]
+
+
+@pytest.mark.parametrize("body", RESPONSE_BODIES, ids=range(len(RESPONSE_BODIES)))
+@pytest.mark.parametrize(("status", "headers"), [(200, None), (201, {"Cache-Control": "no-store"}),
+                                                 (503, {"Retry-After": "3"})])
+def test_a_json_response_is_aiohttps_byte_for_byte(body: Any, status: int, headers: dict[str, str] | None) -> None:
+    ours, theirs = json_response(body, status=status, headers=headers), web.json_response(body, status=status,
+                                                                                         headers=headers)
+    assert ours.body == theirs.body
+    assert ours.status == theirs.status
+    assert list(ours.headers.items()) == list(theirs.headers.items())
+    assert ours.content_type == theirs.content_type and ours.charset == theirs.charset
+
+
+@pytest.mark.parametrize("value", RESPONSE_BODIES, ids=range(len(RESPONSE_BODIES)))
+def test_the_prebuilt_encoders_write_what_json_dumps_writes(value: Any) -> None:
+    assert dumps(value) == json.dumps(value)
+    assert dumps_unicode(value) == json.dumps(value, ensure_ascii=False)
+
+
+def test_the_prebuilt_encoders_refuse_what_json_dumps_refuses() -> None:
+    for value in ({1j: 1}, {"a": object()}, {"a": {1, 2}}):
+        with pytest.raises(TypeError):
+            json.dumps(value)
+        with pytest.raises(TypeError):
+            dumps(value)
+
+
+# -- the keyring -------------------------------------------------------------------------------------------
+
+
+async def test_a_config_key_is_remembered_by_its_header_and_a_stored_or_unknown_one_never(sqlite_api: Api) -> None:
+    keyring = sqlite_api.app[KEYRING]
+    assert (await sqlite_api.call("GET", "/v1/requests", key=OPERATOR_KEY))[0] == 200
+    assert keyring._known[f"Bearer {OPERATOR_KEY}"].key_id == "op-1"
+    # Remembered, it still holds only its own scopes.
+    status, err = await sqlite_api.call("POST", "/v1/requests", key=OPERATOR_KEY,
+                                        json={"unique_id": "k-1", "message_for_user": "Code?"})
+    assert (status, err["error"]) == (403, "forbidden")
+    stranger = f"hr_{secrets.token_urlsafe(24)}"
+    assert (await sqlite_api.call("GET", "/v1/requests", key=stranger))[0] == 401
+    stored = f"hr_{secrets.token_urlsafe(24)}"
+    await sqlite_api.app[STORE].insert_api_key({"id": "late", "tenant_id": "acme", "key_sha256": hash_key(stored),
+                                                "scopes": "read", "created_at": time.time(), "revoked_at": None})
+    keyring._loaded_at = -math.inf  # read the stored keys now
+    assert (await sqlite_api.call("GET", "/v1/requests", key=stored))[0] == 200
+    # A stored key can be revoked while the server runs: it is looked up (and its revocation seen) each time.
+    assert set(keyring._known) == {f"Bearer {OPERATOR_KEY}"}
+
+
+async def test_the_memory_of_headers_is_bounded(sqlite_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    from handraise.core.http import auth
+
+    monkeypatch.setattr(auth, "_KNOWN_HEADERS", 2)
+    keyring = sqlite_api.app[KEYRING]
+    for header in (f"Bearer {AGENT_KEY}", f"bearer {AGENT_KEY}", f"Bearer  {AGENT_KEY}", f"BEARER {AGENT_KEY}"):
+        status, _ = await sqlite_api.call("GET", "/v1/requests/req_none", key=None, headers={"Authorization": header})
+        assert status == 404
+        assert len(keyring._known) <= 2
+
+
+# -- the schema and validator caches ------------------------------------------------------------------------
+
+
+async def test_a_checked_schema_is_checked_once_and_each_caller_gets_its_own_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from handraise.core.schema import subset
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": f"^{secrets.token_hex(4)}$"}}}
+    first = await check_schema_off_loop(schema, kind="input", max_fields=20, max_bytes=8192)
+    assert first == check_schema(schema)
+    checks: list[Any] = []
+    monkeypatch.setattr(subset, "check_schema", lambda *a, **k: checks.append(a))
+    again = await check_schema_off_loop(json.loads(json.dumps(schema)), kind="input", max_fields=20, max_bytes=8192)
+    assert checks == [] and again == first and again is not first
+    again["properties"]["code"]["pattern"] = "changed"
+    assert (await check_schema_off_loop(schema, kind="input", max_fields=20, max_bytes=8192)) == first
+    # The same schema under other limits or another kind is checked afresh.
+    await check_schema_off_loop(schema, kind="input", max_fields=19, max_bytes=8192)
+    assert len(checks) == 1
+
+
+async def test_a_refused_schema_is_refused_again_with_its_reason() -> None:
+    schema = {"type": "string", "pattern": "(a)\\1"}
+    for _ in range(2):
+        with pytest.raises(InvalidSchemaError) as refused:
+            await check_schema_off_loop(schema, kind="input", max_fields=20, max_bytes=8192)
+        assert "pattern" in refused.value.message
+    with pytest.raises(InvalidSchemaError):  # passes as input, refused as a choice
+        await check_schema_off_loop({"type": "string"}, kind="choice", max_fields=20, max_bytes=8192)
+    assert await check_schema_off_loop({"type": "string"}, kind="input", max_fields=20, max_bytes=8192) == {
+        "type": "string"}
+
+
+def test_a_cached_validator_follows_its_schema_not_the_callers_dict() -> None:
+    schema = {"type": "string", "pattern": "^[0-9]{6}$"}
+    assert validate_answer(schema, "123456") == []
+    schema["pattern"] = "^[a-z]+$"  # the caller changes its dict: another schema, another validator
+    assert validate_answer(schema, "abc") == []
+    assert [e.field for e in validate_answer(schema, "123456")] == [""]
+    assert validate_answer({"type": "string", "pattern": "^[0-9]{6}$"}, "123456") == []
+
+
+# -- canonical JSON's fast check ------------------------------------------------------------------------------
+
+
+class _Text(str):
+    pass
+
+
+CANONICAL_VALUES: list[Any] = [
+    "123456", "é", {"b": 1, "a": [1, 2, {"c": None, "d": True}]}, {"é": 1}, {"a": {"é": 1}}, [{"a": ["é"]}],
+    {"a": 1.5, "b": 0.001, "c": 1e-7, "d": 1e20, "e": 2.0, "f": -0.0}, {"big": 2**53 - 1, "small": -(2**53) + 1},
+    _Text("x"), {"a": _Text("x")}, [], {}, [[[]]], None, True, False, 0, {"decision": "approve", "reason": "ok"},
+]
+
+
+@pytest.mark.parametrize("value", CANONICAL_VALUES, ids=range(len(CANONICAL_VALUES)))
+def test_canonical_json_is_rfc8785s_whichever_path_it_takes(value: Any) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value).decode()
+
+
+def test_the_fast_path_is_taken_only_where_the_c_encoder_spells_alike() -> None:
+    assert _spelled_alike({"a": [1, "x", {"b": None, "c": 0.5}], "d": True})
+    for value in ({"a": ["é"]}, {"é": 1}, {1: "a"}, {"a": 2.0}, {"a": 2**53}, {"a": _Text("x")}, ("a",), [{"a": {1}}]):
+        assert not _spelled_alike(value), value
+    with pytest.raises(rfc8785.CanonicalizationError):
+        canonical_json({1: "a"})
+
+
+# -- work skipped after a create -----------------------------------------------------------------------------
+
+
+async def test_a_request_no_connector_delivers_makes_no_delivery_task(sqlite_api: Api) -> None:
+    dispatcher = sqlite_api.app[DISPATCHER]
+    spawned: list[str] = []
+    spawn = dispatcher._spawn
+    dispatcher._spawn = lambda request_id, coro: (spawned.append(request_id), spawn(request_id, coro))[1]
+    view = await sqlite_api.create({"unique_id": "d-1", "message_for_user": "Code?", "timeout_seconds": 60})
+    assert view["channels"] == []
+    assert (await sqlite_api.submit("d-1", "42"))[0] == 200
+    await dispatcher.idle()
+    assert spawned == [] and dispatcher._tasks == {} and dispatcher._resolved == {}
+
+
+async def test_a_listener_that_returns_a_coroutine_still_runs() -> None:
+    bus = EventBus(instance_id="test")
+    heard: list[str] = []
+
+    async def later(ev: Event) -> None:
+        heard.append(ev.object_id)
+
+    bus.add_listener(lambda ev: None)
+    bus.add_listener(later)
+    bus.publish(Event("request.created", "acme", "req_1", {}))
+    await asyncio.sleep(0)
+    assert heard == ["req_1"]
