@@ -11,6 +11,7 @@ entries off the end and rewriting the head to match is caught against an anchor 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +34,7 @@ heads_t = JournalHeadRow.__table__
 requests_t = RequestRow.__table__
 
 GENESIS_HASH = "0" * 64
+_SAFE_INT = 2**53 - 1
 # Data keys never exported (the run bundle, the API's journal views): the answer's keyed digest.
 PRIVATE_DATA_KEYS = frozenset({"response_digest"})
 TERMINAL_EVENTS = frozenset({"answered", "expired", "cancelled"})
@@ -77,11 +79,19 @@ class JournalEntry:
 def chain_hash(key: bytes, *, prev_hash: str, seq: int, tenant_id: str, request_id: str | None,
                run_id: str | None, event: str, principal: str | None, channel: str | None, data_json: str,
                at: float) -> str:
-    body = canonical_json({
-        "seq": seq, "tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
-        "principal": principal, "channel": channel, "data": data_json, "at": repr(at),
-    })
-    return hmac.new(key, (prev_hash + body).encode(), hashlib.sha256).hexdigest()
+    fields = {"seq": seq, "tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
+              "principal": principal, "channel": channel, "data": data_json, "at": repr(at)}
+    message = None
+    if type(seq) is int and 0 <= seq <= _SAFE_INT and all(
+            v is None or type(v) is str for v in (tenant_id, request_id, run_id, event, principal, channel, data_json)):
+        # The C encoder spells text, null and a safe integer exactly as RFC 8785 does (every code point
+        # checked against rfc8785), text that is not ASCII included; a lone surrogate fails the encode.
+        with contextlib.suppress(UnicodeEncodeError):
+            message = (prev_hash + json.dumps(fields, sort_keys=True, separators=(",", ":"),
+                                              ensure_ascii=False)).encode()
+    if message is None:
+        message = (prev_hash + canonical_json(fields)).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def entry_row(*, tenant_id: str, event: str, request_id: str | None = None, run_id: str | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from sqlalchemy import text
 
 from conftest import Api, base_config, running_app, settings_from
@@ -351,3 +353,19 @@ async def test_another_server_secret_is_refused(storage_url: str) -> None:
     second = Store(url=storage_url, secret=ServerSecret(bytes(reversed(range(32)))))
     with pytest.raises(ConfigError, match="another server secret"):
         await second.open()
+
+
+@pytest.mark.parametrize("text", ["plain", "téléphone", "新しい", "emoji \U0001f600", "line\u2028sep", "tab\tquote\"back\\",
+                                  "ctl\x00\x01\x1f\x7f", "\ufeffbom"])
+def test_the_chain_hash_is_the_hmac_of_the_rfc_8785_form_of_any_text(text: str) -> None:
+    """The journal's HMAC covers the RFC 8785 (JCS) form of the entry; text that is not ASCII takes the C
+    encoder too, which must spell it exactly as JCS does (an entry written before this must still verify)."""
+    key = b"k" * 32
+    fields = {"tenant_id": "t", "request_id": text, "run_id": None, "event": "created", "principal": text,
+              "channel": "api", "data_json": json.dumps({"message": text}, ensure_ascii=False), "at": 1764659000.25}
+    body = {**{k: v for k, v in fields.items() if k not in ("data_json", "at")}, "seq": 7,
+            "data": fields["data_json"], "at": repr(fields["at"])}
+    expected = hmac.new(key, ("p" * 64 + rfc8785.dumps(body).decode()).encode(), hashlib.sha256).hexdigest()
+    assert chain_hash(key, prev_hash="p" * 64, seq=7, **fields) == expected  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # a lone surrogate has no canonical form
+        chain_hash(key, prev_hash="p" * 64, seq=7, **{**fields, "principal": text + "\ud800"})  # type: ignore[arg-type]

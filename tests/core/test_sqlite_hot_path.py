@@ -181,3 +181,4 @@ async def test_storage_errors_of_the_raw_connection_reach_callers_as_core_errors
             db.close()
         assert await create(store, "1") is not None
         assert await store.verify_journal() == []
+
