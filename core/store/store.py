@@ -223,20 +223,18 @@ class Store:
                 raise
             self._runner = runner
         else:
-            # No pool_pre_ping (a round trip per checkout): a dead pooled connection fails its statement,
-            # SQLAlchemy invalidates the pool, and reads are retried once on a fresh connection.
-            # No overflow: past pool_size, callers wait for a connection (pool_timeout) instead of opening
-            # connections the server's max_connections may not have for every instance.
+            # No pool_pre_ping (a round trip per checkout): a dead pooled connection fails its statement, SQLAlchemy
+            # invalidates the pool, and reads are retried once on a fresh connection. No overflow: past pool_size,
+            # callers wait (pool_timeout) rather than open connections max_connections may not have for every instance.
             named = {"server_settings": {"application_name": self.application_name}, "timeout": self.connect_timeout}
-            engine = create_async_engine(self.async_url, pool_size=self.pool_size, max_overflow=0,
-                                         connect_args=named, hide_parameters=True)
+            pooled: dict[str, Any] = {"pool_size": self.pool_size, "max_overflow": 0, "connect_args": named,
+                                       "hide_parameters": True}
+            engine = create_async_engine(self.async_url, **pooled)
             # Readers run without BEGIN/ROLLBACK: each statement is its own snapshot, as under READ COMMITTED.
-            self._read_engine = create_async_engine(self.async_url, pool_size=self.pool_size, max_overflow=0,
-                                                    connect_args=named, isolation_level="AUTOCOMMIT",
-                                                    hide_parameters=True)
+            self._read_engine = create_async_engine(self.async_url, isolation_level="AUTOCOMMIT", **pooled)
             self._engine = engine
             self._hot = PgHotUnits(write_engine=engine, read_engine=self._read_engine, key=self.journal.chain_key,
-                                   breaker=self.breaker)
+                                   breaker=self.breaker, keep_idle=min(2, self.pool_size // 2))
             async with engine.begin() as conn:
                 # Two instances starting at once must not both run the migrations.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("migrations")})
@@ -263,11 +261,11 @@ class Store:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.close()
+        self.invalidate_pools()  # gives back what the hot units keep idle (checked out), so dispose closes it too
         for engine in (self._engine, self._read_engine):
             if engine is not None:
                 await engine.dispose()
-        self._engine = self._read_engine = None
-        self._hot = None
+        self._engine = self._read_engine = self._hot = None
 
     async def ping(self) -> bool:
         try:
@@ -333,8 +331,10 @@ class Store:
         return value
 
     def invalidate_pools(self) -> None:
-        """The server went away: pooled connections are replaced at their next checkout (SQLAlchemy's own
-        whole-pool invalidation, closed without a round trip), so none fails a call once it is back."""
+        """The server went away: pooled connections, and those the hot units keep idle, are replaced at their next
+        checkout (SQLAlchemy's whole-pool invalidation, closed without a round trip): none fails a call once back."""
+        if self._hot is not None:
+            self._hot.release_idle()
         for engine in (self._engine, self._read_engine):
             if engine is not None:
                 engine.sync_engine.pool._invalidate(None)  # type: ignore[arg-type]

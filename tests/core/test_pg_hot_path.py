@@ -20,6 +20,7 @@ from sqlalchemy import event
 from handraise.core.errors import ConflictError, UnavailableError
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store import Store
+from handraise.core.store import pgunits
 from handraise.core.store.pgunits import MAX_HEAD_MISSES
 
 SECRET = ServerSecret(b"k" * 32)
@@ -47,6 +48,8 @@ class RoundTrips:
                     raw.add_query_logger(self._logged)
 
             event.listen(sync.pool, "checkout", checkout)
+        if store._hot is not None:  # noqa: SLF001
+            store._hot.release_idle()  # noqa: SLF001 (kept checked out: logged from their next checkout)
 
     def _logged(self, record: Any) -> None:
         if not record.query.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
@@ -297,3 +300,74 @@ async def test_a_lane_serves_each_tenant_apart_and_mixed_writes_keep_their_order
             assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         assert len(await store.journal_entries(tenant_id="a", limit=1000)) == 11
         assert await store.verify_journal() == []
+
+
+async def test_warm_hot_units_keep_a_few_connections_and_skip_the_pools_checkout(pg_url: str) -> None:
+    """What the hot units keep idle between statements is spared the pool's checkout; it is at most
+    keep_idle a pool, given back when the store closes, and one the server closed meanwhile is replaced."""
+    async with opened(pg_url) as store:
+        checkouts = []
+        for engine in (store._engine, store._read_engine):  # noqa: SLF001
+            assert engine is not None
+            event.listen(engine.sync_engine.pool, "checkout", lambda *_a: checkouts.append(1))
+        await create(store, "0")
+        await store.get_request_with_deliveries("t", request_id="req_0")
+        checkouts.clear()
+        for i in range(1, 4):
+            await create(store, str(i))
+            await store.get_request_with_deliveries("t", unique_id=f"u-{i}")
+            await answer(store, str(i))
+            await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+        assert checkouts == []
+        await asyncio.gather(*(store.get_request_with_deliveries("t", request_id=f"req_{i}") for i in range(3)))
+        hot = store._hot  # noqa: SLF001
+        assert hot is not None and all(len(idle) <= 1 for idle in hot._idle.values())  # noqa: SLF001 (pool_size 3)
+        conn = await asyncpg.connect(pg_url)
+        try:
+            database = await conn.fetchval("SELECT current_database()")
+            await conn.fetch("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 "
+                             "AND pid <> pg_backend_pid()", database)
+            await asyncio.sleep(0.3)  # the client sees its sockets closed
+            assert await create(store, "4") is not None
+            assert (await store.get_request_with_deliveries("t", request_id="req_4")) is not None
+            assert await store.verify_journal() == []
+            await store.close()
+            await asyncio.sleep(0.1)
+            left = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+                                       "AND pid <> pg_backend_pid()", database)
+            assert left == 0
+        finally:
+            await conn.close()
+
+
+async def test_a_new_databases_tables_are_analyzed_after_the_first_writes(pg_url: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never analyzed, every index that starts with the tenant costs what the key does, and the cached plan
+    of a lookup by id or unique_id may walk the tenant's rows; after STATISTICS_AFTER writes the instance
+    analyzes the tables, and the plans find the row by its key."""
+    monkeypatch.setattr(pgunits, "STATISTICS_AFTER", 5)
+    never = ("SELECT count(*) FROM pg_stat_user_tables WHERE relname IN ('requests', 'deliveries', 'journal') "
+             "AND last_analyze IS NULL AND last_autoanalyze IS NULL")
+    conn = await asyncpg.connect(pg_url)
+    try:
+        async with opened(pg_url) as store:
+            hot = store._hot  # noqa: SLF001
+            assert hot is not None and await conn.fetchval(never) == 3
+            for i in range(4):
+                await create(store, str(i))
+            assert hot.statistics is None
+            await create(store, "4")
+            assert hot.statistics is not None
+            await asyncio.wait_for(hot.statistics, 10)
+            assert await conn.fetchval(never) == 0
+            for n in range(5, 400, 50):
+                await asyncio.gather(*(create(store, str(i)) for i in range(n, n + 50)))
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        for name, statement, args, index in (
+                ("by_id", pgunits.GET_JOINED["id"], "('req_7', 't')", "requests_pkey"),
+                ("by_unique_id", pgunits.GET_JOINED["unique_id"], "('t', 'u-7')", "uq_requests_tenant_unique_id")):
+            await conn.execute(f"PREPARE {name} AS {statement.sql}")
+            plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN EXECUTE {name}{args}"))
+            assert f"Index Scan using {index} on requests" in plan, plan
+    finally:
+        await conn.close()
