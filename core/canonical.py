@@ -7,10 +7,11 @@ idempotency comparisons do not depend on key order or number spelling.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 
 import rfc8785
+
+from handraise.core.jsontext import dumps_sorted_compact
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def canonical_json(value: object) -> str:
     The usual payloads (ids, text, codes, choices) take the C JSON encoder, which spells them the
     same; rfc8785's pure-Python encoder was the largest share of a cycle's own CPU time."""
     if _spelled_alike(value):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return dumps_sorted_compact(value)
     return rfc8785.dumps(value).decode("utf-8")
 
 

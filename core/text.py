@@ -35,6 +35,8 @@ def has_lone_surrogate(value: str) -> bool:
 
 def text_problem(value: str, *, prose: bool) -> str | None:
     """Why ``value`` is not acceptable text (a message that never quotes it), or None."""
+    if value.isascii() and value.isprintable():  # most text: no surrogate, no control character
+        return None
     if has_lone_surrogate(value):
         return "is not valid Unicode text"
     if (_CONTROL_IN_PROSE if prose else _CONTROL).search(value):

@@ -147,7 +147,8 @@ class WriteAdmission:
         """Admit one write, or raise ``OverloadedError``; hand what it returns to ``leave`` once the write is done."""
         if self.limit and self.in_flight >= self.limit:
             raise self._refuse(BY_COUNT, f"this instance has {self.limit} writes in flight")
-        if self.max_queue_seconds and (wait := self.expected_wait()) > self.max_queue_seconds:
+        # With none in flight a write queues behind nothing (expected_wait's own answer, without the arithmetic).
+        if self.max_queue_seconds and self.in_flight and (wait := self.expected_wait()) > self.max_queue_seconds:
             raise self._refuse(BY_QUEUE, f"writes queue here for about {wait * 1000:.0f} ms (bound "
                                f"{self.max_queue_seconds * 1000:.0f} ms)")
         solo = self.in_flight == 0

@@ -15,7 +15,7 @@ from typing import Any
 from handraise.core.jsontext import dumps_unicode
 from handraise.core.schema.formats import FORMAT_CHECKER
 from handraise.core.schema.messages import ENGLISH, problem
-from handraise.core.schema.patterns import PatternError, pattern_cost, pattern_search
+from handraise.core.schema.patterns import MAX_PROGRAM_SIZE, PatternError, pattern_cost, pattern_search
 from handraise.core.schema.shapes import is_approval, is_date_range
 from handraise.core.text import MAX_EXACT_INTEGER, text_problem
 from jsonschema import Draft202012Validator, validators
@@ -69,9 +69,16 @@ def validate_answer(schema: dict | None, value: object, *,
 async def validate_answer_off_loop(schema: dict | None, value: object, *,
                                    t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:
     """``validate_answer`` for a server: an answer whose patterns would take noticeable time is checked off the loop."""
-    if schema is not None and match_steps(schema, value) > OFF_LOOP_STEPS:
+    if schema is not None and _may_take_long(value) and match_steps(schema, value) > OFF_LOOP_STEPS:
         return await asyncio.to_thread(validate_answer, schema, value, t=t)
     return validate_answer(schema, value, t=t)
+
+
+def _may_take_long(value: object) -> bool:
+    """Whether any pattern could take more than OFF_LOOP_STEPS on ``value``: no compiled pattern exceeds
+    MAX_PROGRAM_SIZE, so a short answer never can (and its patterns need not be looked at)."""
+    length = len(value) if value.__class__ is str else _text_length(value)  # type: ignore[arg-type]
+    return MAX_PROGRAM_SIZE * max(length, 1) > OFF_LOOP_STEPS
 
 
 def match_steps(schema: dict, value: object) -> int:

@@ -248,3 +248,87 @@ async def test_a_listener_that_returns_a_coroutine_still_runs() -> None:
     bus.publish(Event("request.created", "acme", "req_1", {}))
     await asyncio.sleep(0)
     assert heard == ["req_1"]
+
+
+# -- answers checked on the loop or off it ---------------------------------------------------------------------
+
+
+async def test_a_short_answer_skips_the_pattern_cost_and_a_long_one_still_goes_off_the_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from handraise.core.schema import validation
+
+    schema = {"type": "string", "pattern": "^\\p{L}+$"}
+    off_loop: list[Any] = []
+
+    async def to_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        off_loop.append(args[1])
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(validation.asyncio, "to_thread", to_thread)
+    assert await validation.validate_answer_off_loop(schema, "abc") == []
+    assert validation.match_steps(schema, "a" * 2000) > validation.OFF_LOOP_STEPS
+    assert await validation.validate_answer_off_loop(schema, "a" * 2000) == []
+    assert await validation.validate_answer_off_loop({"type": "object", "properties": {"x": schema}},
+                                                     {"x": "b" * 2000}) == []
+    assert off_loop == ["a" * 2000, {"x": "b" * 2000}]
+    monkeypatch.setattr(validation, "match_steps", lambda *a: pytest.fail("a short answer needs no cost bound"))
+    assert await validation.validate_answer_off_loop(schema, "x" * 999) == []
+    assert await validation.validate_answer_off_loop({"type": "object", "properties": {"x": schema}},
+                                                     {"x": "y" * 10}) == []
+
+
+# -- the body as it lies -----------------------------------------------------------------------------------------
+
+
+def _request_with(chunks: list[bytes], *, eof: bool, limit: int = 1024) -> Any:
+    from unittest import mock
+
+    from aiohttp import streams
+    from aiohttp.test_utils import make_mocked_request
+
+    from conftest import base_config, settings_from
+    from handraise.core.appkeys import SETTINGS
+
+    settings = settings_from(base_config("sqlite:///unused.db", server={"max_body_bytes": limit}))
+    app = web.Application()
+    app[SETTINGS] = settings
+    protocol = mock.Mock(_reading_paused=False)
+    payload = streams.StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())
+    for chunk in chunks:
+        payload.feed_data(chunk)
+    if eof:
+        payload.feed_eof()
+    return make_mocked_request("POST", "/v1/requests", headers={"Content-Type": "application/json"},
+                               payload=payload, app=app), payload
+
+
+async def test_a_body_that_has_arrived_is_taken_as_it_lies() -> None:
+    request, _ = _request_with([b'{"a": ', b'[1, "x"]}'], eof=True)
+
+    async def no_read() -> bytes:
+        raise AssertionError("the whole body was there")
+
+    request.read = no_read
+    assert await http_input.read_json(request) == {"a": [1, "x"]}
+
+
+async def test_a_body_still_arriving_is_awaited() -> None:
+    request, payload = _request_with([b'{"a": '], eof=False)
+    reading = asyncio.create_task(http_input.read_json(request))
+    await asyncio.sleep(0)
+    payload.feed_data(b"2}")
+    payload.feed_eof()
+    assert await reading == {"a": 2}
+
+
+async def test_a_body_read_before_or_over_the_limit_is_refused_as_before() -> None:
+    request, _ = _request_with([b"x" * 1025], eof=True)
+    with pytest.raises(Exception) as too_large:
+        await http_input.read_json(request)
+    assert too_large.value.status == 413 and "larger than 1024 bytes" in too_large.value.message
+    request, _ = _request_with([b'{"a": 1}'], eof=True)
+    assert await request.read() == b'{"a": 1}'  # someone read it first: request.read() has it
+    assert await http_input.read_json(request) == {"a": 1}
+    request, _ = _request_with([], eof=True)
+    with pytest.raises(BadRequestError, match="the body is empty"):
+        await http_input.read_json(request)
