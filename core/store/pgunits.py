@@ -1,15 +1,15 @@
-"""PostgreSQL's hot units of work (create, resolve or cancel, a request with its deliveries) as one prepared statement each on the raw asyncpg connection, not through SQLAlchemy.
+"""PostgreSQL's hot units of work (create, resolve or cancel, a request with its deliveries) as prepared statements on the raw asyncpg connection, not through SQLAlchemy (the statements: core/store/pgstatements.py).
 
-Each write is one statement in its own implicit transaction: the change, the journal entry chained
-after the tenant's head, the head moved, the NOTIFY. The entry's HMAC needs the head's hash and the key
-never leaves the process, so the head is read beforehand: this instance remembers the head it last
-wrote or read (``ChainHeads``) and the statement checks it. The journal's primary key (tenant, seq)
-is the arbiter: if another writer took that seq, the INSERT fails (waiting for that writer's commit if
-it is in flight) and nothing of the statement is applied; the head is read again and the entry
-rebuilt. So the head row is locked only while that one statement runs on the server (no round trip
-of the client's in between), entries stay gapless in commit order, and a stale head costs a retry,
-never a broken chain. Writers of one tenant on this instance take turns (one statement each) so they
-do not race each other; after a few misses in a row the unit runs on the store's locked path.
+Each write is one statement: the change, the journal entry chained after the tenant's head, the head
+moved, the NOTIFY. The entry's HMAC needs the head's hash and the key never leaves the process, so the
+head is read beforehand: this instance remembers the head it last wrote or read (``ChainHeads``) and
+the statement checks it (its guard fails, and nothing of it is applied, when the head is not where the
+entry follows; the journal's primary key (tenant, seq) is the last arbiter). A tenant's writes on this
+instance go through its lane: one batch at a time, a write that finds the lane free alone at once, those
+arriving meanwhile together in the next batch, pipelined in one implicit transaction (one round trip,
+one commit). A stale head costs a retry, never a broken chain; once another instance moved the head
+under this one, the tenant's batches lock the head first (BEGIN, SELECT … FOR UPDATE, the batch,
+COMMIT) while both write, and after a few misses in a row a unit runs on the store's locked path.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import collections
 import itertools
 import json
 import logging
-import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,9 +28,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from handraise.core.errors import UnavailableError
-from handraise.core.models import RequestRow
 from handraise.core.store.breaker import StoreBreaker
 from handraise.core.store.journal import GENESIS_HASH, JournalEntry, chain_hash, entry_row
+from handraise.core.store.pgstatements import (
+    ANALYZE,
+    ANALYZED,
+    CHANGES,
+    CONDITIONS,
+    CREATES,
+    DELIVERY_COLUMNS,
+    GET_JOINED,
+    LOCK_HEAD,
+    NEVER_ANALYZED,
+    READ_HEAD,
+    REQUEST_DEFAULTS,
+    Statement,
+)
 from handraise.core.store.statements import Resolution
 from handraise.core.store.units import storage_errors
 
@@ -38,67 +51,15 @@ log = logging.getLogger(__name__)
 
 # Misses in a row (another writer moved the head each time) before the unit takes the locked path.
 MAX_HEAD_MISSES = 3
-
-_DELIVERY_COLUMNS = ("channel", "target", "status", "attempts", "last_error", "updated_at")
-_ENTRY_COLUMNS = ("tenant_id", "seq", "request_id", "run_id", "event", "principal", "channel", "data_json", "at",
-                  "prev_hash", "hash")
-# What an insert leaves to a column the row does not name (SQLAlchemy's scalar defaults, as its INSERT would).
-_REQUEST_DEFAULTS = {c.name: c.default.arg for c in RequestRow.__table__.c
-                     if c.default is not None and not callable(c.default.arg)}
+# After another instance moved a tenant's head under this one, the tenant's batches here lock the head
+# first, until this long has passed without finding it moved by another (while two instances write at
+# once, a batch built on the head this one last saw would mostly find it moved).
+CONTENDED_SECONDS = 2.0
 
 
 class HeadMoved(Exception):
     """Another writer moved the tenant's head since this instance read it: read it again, rebuild the entry."""
 
-
-def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
-    """``:name`` placeholders → asyncpg's ``$n``, and the names in order (``::type`` casts are left alone)."""
-    names: list[str] = []
-
-    def number(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    return re.sub(r"(?<!:):([a-z_][a-z0-9_]*)", number, sql), tuple(names)
-
-
-class Statement:
-    """A statement written with ``:name`` placeholders, numbered once; asyncpg prepares and caches it per
-    connection (its statement cache, keyed by the text)."""
-
-    __slots__ = ("sql", "names")
-
-    def __init__(self, sql: str) -> None:
-        self.sql, self.names = _numbered(sql)
-
-    def args(self, params: Mapping[str, Any]) -> list[Any]:
-        return [params[n] for n in self.names]
-
-
-# The head follows the change (moved only for the change's row, and only from the seq before the entry's;
-# a head that is not there yet is made), the entry follows the head. The same order of locks as the
-# locked path (the request's row, the head, the journal's key), so the two never deadlock.
-_TYPES = {"seq": "int", "data_json": "text", "at": "float8"}  # a parameter used twice must be deduced alike
-_ENTRY_VALUES = ", ".join(f":e_{c}::{_TYPES.get(c, 'varchar')}" for c in _ENTRY_COLUMNS)
-_ENTRY_INSERT = f"INSERT INTO journal ({', '.join(_ENTRY_COLUMNS)})"
-
-
-def _chain(source: str) -> str:
-    """The head and entry CTEs for one row of ``source`` (a CTE, with its condition)."""
-    return (
-        "head AS (INSERT INTO journal_heads (tenant_id, seq, hash) "
-        f"SELECT :e_tenant_id::varchar, :e_seq::int, :e_hash::varchar FROM {source} "
-        "ON CONFLICT (tenant_id) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash "
-        "WHERE journal_heads.seq = EXCLUDED.seq - 1 RETURNING 1), "
-        f"entry AS ({_ENTRY_INSERT} SELECT {_ENTRY_VALUES} FROM head RETURNING 1) ")
-
-
-# The guard, and the entry's seq: a batch's rows say which of its units were applied.
-_GUARD = "1 / (SELECT count(*)::int FROM head) AS chained, :e_seq::int AS entry_seq"
-_NOTIFY = ", pg_notify(:n_channel, :n_payload)"
-
-READ_HEAD = Statement("SELECT seq, hash FROM journal_heads WHERE tenant_id = :tenant_id")
 
 # A new database's tables have no planner statistics until autovacuum first analyzes them, a minute or
 # more after they grew. Without them every index that starts with the tenant costs the same as the key
@@ -107,66 +68,6 @@ READ_HEAD = Statement("SELECT seq, hash FROM journal_heads WHERE tenant_id = :te
 # of backend CPU a statement at 3,000 rows, growing with them). So after its first STATISTICS_AFTER
 # writes, an instance analyzes these tables if nothing has yet.
 STATISTICS_AFTER = 200
-_ANALYZED = ("requests", "deliveries", "journal")
-NEVER_ANALYZED = Statement("SELECT count(*) AS n FROM pg_stat_user_tables WHERE relname = ANY(:tables::text[]) "
-                           "AND last_analyze IS NULL AND last_autoanalyze IS NULL")
-ANALYZE = Statement(f"ANALYZE {', '.join(_ANALYZED)}")
-
-_JOINED_READ = (
-    "SELECT r.*, " + ", ".join(f"d.{c} AS delivery_{c}" for c in _DELIVERY_COLUMNS) + ", d.id AS delivery_id "
-    "FROM requests r LEFT JOIN deliveries d ON d.request_id = r.id AND d.tenant_id = r.tenant_id ")
-GET_JOINED = {"id": Statement(_JOINED_READ + "WHERE r.id = :id AND r.tenant_id = :tenant_id ORDER BY d.id"),
-              "unique_id": Statement(_JOINED_READ + "WHERE r.tenant_id = :tenant_id AND r.unique_id = :unique_id "
-                                     "ORDER BY d.id")}
-_DELIVERIES_JSON = (
-    "(SELECT coalesce(json_agg(json_build_object(" + ", ".join(f"'{c}', d.{c}" for c in _DELIVERY_COLUMNS)
-    + ") ORDER BY d.id), '[]') FROM deliveries d WHERE d.request_id = changed.id "
-    "AND d.tenant_id = changed.tenant_id)::text AS deliveries_json")
-
-
-class _StatementCache:
-    """Statements whose text depends on which columns a call sets, built once per shape."""
-
-    def __init__(self, build: Callable[..., Statement]) -> None:
-        self._build = build
-        self._built: dict[Any, Statement] = {}
-
-    def get(self, *shape: Any) -> Statement:
-        statement = self._built.get(shape)
-        if statement is None:
-            statement = self._built[shape] = self._build(*shape)
-        return statement
-
-
-def _create_statement(columns: tuple[str, ...], notify: bool) -> Statement:
-    return Statement(
-        f"WITH req AS (INSERT INTO requests ({', '.join(columns)}) VALUES ({', '.join(':r_' + c for c in columns)}) "
-        "ON CONFLICT DO NOTHING RETURNING 1), "
-        # A run named by use is made with its first request (tenant-scoped, unregistered), as runs.ensure_in.
-        "run AS (INSERT INTO runs (tenant_id, run_id, status, registered, created_by, created_at, updated_at) "
-        "SELECT :r_tenant_id, :run_id::varchar, 'running', false, :r_created_by, :r_created_at, :r_created_at "
-        "FROM req WHERE :run_id::varchar IS NOT NULL ON CONFLICT (tenant_id, run_id) DO NOTHING RETURNING 1), "
-        # The run before the head (the scalar subquery runs it first), as on the locked path.
-        f"{_chain('req WHERE (SELECT count(*) FROM run) >= 0')}"
-        f"SELECT {_GUARD}{_NOTIFY if notify else ''} FROM req")
-
-
-def _change_statement(sets: tuple[str, ...], condition: str, notify: bool, with_deliveries: bool) -> Statement:
-    """A compare-and-set on a pending request, journaled: the entry's run id is the one its HMAC was
-    computed over, so a row whose run id differs gets no entry, and the guard undoes the change."""
-    assignments = ", ".join(f"{c} = :s_{c}" for c in sets)
-    return Statement(
-        f"WITH changed AS (UPDATE requests SET {assignments} WHERE id = :w_id AND tenant_id = :w_tenant_id "
-        f"AND status = 'pending'{condition} RETURNING *), "
-        f"{_chain('changed WHERE changed.run_id IS NOT DISTINCT FROM :e_run_id::varchar')}"
-        f"SELECT changed.*, {_GUARD}{_NOTIFY if notify else ''}"
-        f"{', ' + _DELIVERIES_JSON if with_deliveries else ''} FROM changed")
-
-
-_CREATES = _StatementCache(_create_statement)
-_CHANGES = _StatementCache(_change_statement)
-_CONDITIONS = {True: " AND expires_at > :w_now", False: " AND expires_at <= :w_now", None: ""}
-
 
 # At most this many writes of one tenant in one batch (one round trip, one transaction, one commit).
 MAX_BATCH = 64
@@ -200,10 +101,12 @@ class _Unit:
 class _Lane:
     """A tenant's writes on this instance: whether a batch is on its way, and those waiting for the next."""
 
-    __slots__ = ("busy", "queue", "task")
+    __slots__ = ("busy", "queue", "task", "contended_until")
 
     def __init__(self) -> None:
         self.busy = False
+        # Until when (time.monotonic) its batches lock the head first (CONTENDED_SECONDS).
+        self.contended_until = 0.0
         self.queue: collections.deque[_Unit] = collections.deque()
         self.task: asyncio.Task[None] | None = None
 
@@ -264,14 +167,18 @@ class PgHotUnits:
     async def _fetch(self, engine: AsyncEngine, statement: Statement, args: list[list[Any]]) -> list[Any]:
         """The statement once per argument list: one list, one statement; several, pipelined in one round
         trip and one implicit transaction (asyncpg's fetchmany: Bind/Execute each, one Sync), so they
-        commit together or not at all. The rows of all, in order.
+        commit together or not at all. The rows of all, in order."""
+        if len(args) == 1:
+            return await self._connected(engine, lambda conn: conn.fetch(statement.sql, *args[0]))
+        return await self._connected(engine, lambda conn: conn.fetchmany(statement.sql, args))
 
-        On a pooled connection's raw asyncpg connection, outside any transaction; errors leave translated
-        (units.storage_errors). A few connections are kept checked out between statements (``keep_idle``
-        per pool), which spares the pool's checkout and checkin (about 55 Python calls, 17 µs) on most
-        statements. A server that is gone makes the pool drop every connection of its generation, as
-        SQLAlchemy does on a disconnect; a statement cut short (cancelled) drops its connection, whose
-        protocol state is unknown."""
+    async def _connected(self, engine: AsyncEngine, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
+        """``work(conn)`` on a pooled connection's raw asyncpg connection, outside any transaction; errors
+        leave translated (units.storage_errors), the guard's and a clash on the journal's key as HeadMoved.
+        A few connections are kept checked out between statements (``keep_idle`` per pool), which spares
+        the pool's checkout and checkin (about 55 Python calls, 17 µs) on most statements. A server that is
+        gone makes the pool drop every connection of its generation, as SQLAlchemy does on a disconnect; a
+        statement cut short (cancelled) drops its connection, whose protocol state is unknown."""
         breaker = self._breaker
         if breaker.lost_since is not None:
             breaker.admit()
@@ -288,10 +195,7 @@ class PgHotUnits:
                     fairy = await engine.raw_connection()
                     conn = fairy.driver_connection
                 try:
-                    if len(args) == 1:
-                        rows = await conn.fetch(statement.sql, *args[0])
-                    else:
-                        rows = await conn.fetchmany(statement.sql, args)
+                    result = await work(conn)
                 except BaseException as e:
                     if _sound(e) and not conn.is_closed():
                         fairy.close()  # the statement's own error: the connection is fine, no transaction is open
@@ -315,7 +219,7 @@ class PgHotUnits:
             raise
         if breaker.lost_since is not None:
             breaker.succeeded()
-        return rows
+        return result
 
     # -- reads -----------------------------------------------------------------
 
@@ -337,9 +241,9 @@ class PgHotUnits:
         if not rows:
             return None
         # The request's columns come first (r.*), the delivery's after them, its id last.
-        width = len(rows[0]) - len(_DELIVERY_COLUMNS) - 1
+        width = len(rows[0]) - len(DELIVERY_COLUMNS) - 1
         request = dict(itertools.islice(rows[0].items(), width))
-        deliveries = [dict(zip(_DELIVERY_COLUMNS, itertools.islice(r.values(), width, None)))
+        deliveries = [dict(zip(DELIVERY_COLUMNS, itertools.islice(r.values(), width, None)))
                       for r in rows if r["delivery_id"] is not None]
         return request, deliveries
 
@@ -423,13 +327,21 @@ class PgHotUnits:
         the one before it, so a unit that changes nothing (another writer won, the request exists) leaves the
         head where the next one's guard fails, and the whole batch is undone unless every unit after it
         changed nothing too. So what a batch applies is always its first units. A head another writer moved
-        means reading it and trying again (past MAX_HEAD_MISSES, the locked path); a batch that failed with
-        the head unmoved, or with a statement's own error, runs again one unit at a time, which says which."""
+        means reading it and trying again, and locking it first for the batches of the next
+        CONTENDED_SECONDS (past MAX_HEAD_MISSES, the locked path); a batch that failed with the head
+        unmoved, or with a statement's own error, runs again one unit at a time, which says which."""
         key = self._key()
+        lane = self.heads.lane(tenant_id)
         misses = 0
         pending = units
         try:
             while pending:
+                if lane.contended_until > time.monotonic():
+                    planned, rows = await self._locked(tenant_id, key, pending, lane)
+                    pending = pending[len(planned):]
+                    if rows is not None:
+                        self._applied(tenant_id, planned, rows)
+                    continue
                 head = self.heads.get(tenant_id) or await self._read_head(tenant_id)
                 planned, statement = self._plan(key, head, pending)
                 pending = pending[len(planned):]
@@ -437,30 +349,16 @@ class PgHotUnits:
                     rows = await self._fetch(self._write_engine, statement, [statement.args(p) for _, p in planned])
                 except HeadMoved:
                     moved = await self._read_head(tenant_id) != head
-                    if len(planned) > 1 and not moved:
-                        for unit, _ in planned:
-                            await self._run(tenant_id, [unit])
-                        continue
-                    misses += moved
-                    if moved and misses < MAX_HEAD_MISSES:
-                        pending = [u for u, _ in planned] + pending
-                        continue
-                    # A head that did not move means the statement failed for another reason (a row whose run
-                    # id is not the caller's, a head record gone): the locked path decides.
-                    log.info("store: the journal head moved under every try, or did not move; appending on the "
-                             "locked path", extra={"tenant_id": tenant_id})
-                    self.heads.forget(tenant_id)
-                    for unit, _ in planned:
-                        unit.settle(_LOCKED_PATH)
-                    misses = 0
+                    if moved:
+                        lane.contended_until = time.monotonic() + CONTENDED_SECONDS
+                        misses += 1
+                        if misses < MAX_HEAD_MISSES:
+                            pending = [u for u, _ in planned] + pending
+                            continue
+                    await self._undone(tenant_id, planned)
                     continue
                 except Exception as e:
-                    if len(planned) > 1 and not isinstance(e, UnavailableError):
-                        for unit, _ in planned:
-                            await self._run(tenant_id, [unit])
-                    else:
-                        for unit, _ in planned:
-                            unit.fail(e)
+                    await self._failed(tenant_id, planned, e)
                     continue
                 misses = 0
                 self._applied(tenant_id, planned, rows)
@@ -471,6 +369,59 @@ class PgHotUnits:
             for unit in units:
                 unit.future.cancel()  # cut short (the caller or the lane's task cancelled): its outcome unknown
             raise
+
+    async def _locked(self, tenant_id: str, key: bytes, pending: list[_Unit],
+                      lane: _Lane) -> tuple[Planned, list[Any] | None]:
+        """The next batch in a transaction that first locks the head and reads it (BEGIN, SELECT … FOR
+        UPDATE, the batch pipelined, COMMIT), so no other writer moves it in between; the batch and its
+        rows, or None when it failed (its units settled)."""
+        box: list[Planned] = []
+
+        async def work(conn: asyncpg.Connection) -> list[Any]:
+            async with conn.transaction():
+                locked = await conn.fetch(LOCK_HEAD.sql, tenant_id)
+                head = (locked[0]["seq"], locked[0]["hash"]) if locked else (0, GENESIS_HASH)
+                if head != self.heads.get(tenant_id):  # another writer was there since: still contended
+                    lane.contended_until = time.monotonic() + CONTENDED_SECONDS
+                self.heads.set(tenant_id, *head)
+                planned, statement = self._plan(key, head, pending)
+                box.append(planned)
+                args = [statement.args(p) for _, p in planned]
+                if len(args) == 1:
+                    return await conn.fetch(statement.sql, *args[0])
+                return await conn.fetchmany(statement.sql, args)
+
+        try:
+            rows = await self._connected(self._write_engine, work)
+            return box[0], rows
+        except HeadMoved:
+            await self._undone(tenant_id, box[0])
+        except Exception as e:
+            await self._failed(tenant_id, box[0] if box else [(u, {}) for u in pending], e)
+        return box[0] if box else [(u, {}) for u in pending], None
+
+    async def _undone(self, tenant_id: str, planned: Planned) -> None:
+        """A batch the guard undid with the head where it was (a unit changed nothing and a later one did;
+        a row whose run id is not the caller's; a head record gone): one unit at a time says which; a unit
+        alone goes to the locked path, which decides."""
+        if len(planned) > 1:
+            for unit, _ in planned:
+                await self._run(tenant_id, [unit])
+            return
+        log.info("store: the journal head moved under every try, or did not move; appending on the locked path",
+                 extra={"tenant_id": tenant_id})
+        self.heads.forget(tenant_id)
+        for unit, _ in planned:
+            unit.settle(_LOCKED_PATH)
+
+    async def _failed(self, tenant_id: str, planned: Planned, e: Exception) -> None:
+        """A batch failed with a statement's own error (one unit at a time says whose) or the server gone."""
+        if len(planned) > 1 and not isinstance(e, UnavailableError):
+            for unit, _ in planned:
+                await self._run(tenant_id, [unit])
+        else:
+            for unit, _ in planned:
+                unit.fail(e)
 
     def _applied(self, tenant_id: str, planned: Planned, rows: list[Any]) -> None:
         by_seq = {row["entry_seq"]: row for row in rows}
@@ -493,10 +444,10 @@ class PgHotUnits:
     async def _ensure_statistics(self) -> None:
         """Analyze the hot tables if they never were (see STATISTICS_AFTER); a failure is only logged."""
         try:
-            rows = await self._fetch(self._read_engine, NEVER_ANALYZED, [[list(_ANALYZED)]])
+            rows = await self._fetch(self._read_engine, NEVER_ANALYZED, [[list(ANALYZED)]])
             if rows[0]["n"]:
                 await self._fetch(self._read_engine, ANALYZE, [[]])
-                log.info("store: analyzed the new database's tables", extra={"tables": _ANALYZED})
+                log.info("store: analyzed the new database's tables", extra={"tables": ANALYZED})
         except Exception as e:  # noqa: BLE001 (autovacuum will analyze them in the end)
             log.info("store: could not analyze the new database's tables: %s", type(e).__name__)
 
@@ -513,13 +464,13 @@ class PgHotUnits:
                      notify: tuple[str, Mapping[str, Any]] | None, *, fallback: Fallback) -> JournalEntry | None:
         """Insert the request and its ``created`` entry (and its run, made by use); None when (tenant,
         unique_id) exists already."""
-        values = {**_REQUEST_DEFAULTS, **row}
+        values = {**REQUEST_DEFAULTS, **row}
         columns = tuple(values)
         run_id = values.get("run_id")
 
         def prepare(params: dict[str, Any]) -> Statement:
             params.update({f"r_{c}": v for c, v in values.items()}, run_id=run_id)
-            return _CREATES.get(columns, self._notice(params, notify, params["e_seq"]))
+            return CREATES.get(columns, self._notice(params, notify, params["e_seq"]))
 
         def finish(row: Any, params: dict[str, Any]) -> JournalEntry | None:
             return None if row is None else _entry(params)
@@ -539,7 +490,7 @@ class PgHotUnits:
 
         def prepare(params: dict[str, Any]) -> Statement:
             params.update({f"s_{c}": v for c, v in sets.items()}, **where)
-            return _CHANGES.get(columns, _CONDITIONS[require_unexpired],
+            return CHANGES.get(columns, CONDITIONS[require_unexpired],
                                 self._notice(params, notify, params["e_seq"]), with_deliveries)
 
         def finish(row: Any, params: dict[str, Any]) -> Resolution | None:

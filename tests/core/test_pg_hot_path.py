@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -371,3 +372,30 @@ async def test_a_new_databases_tables_are_analyzed_after_the_first_writes(pg_url
             assert f"Index Scan using {index} on requests" in plan, plan
     finally:
         await conn.close()
+
+
+async def test_once_another_instance_moved_the_head_batches_lock_it_first(pg_url: str,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A head moved by another instance makes this one's batches of that tenant lock the head first (SELECT …
+    FOR UPDATE in a transaction of their own) for CONTENDED_SECONDS: while both write, no batch fails on a
+    stale head and no write falls back to the locked path; the chain stays whole."""
+    async with opened(pg_url) as a, opened(pg_url) as b:
+        await create(a, "a0")
+        await create(b, "b0")  # a's head is stale now
+        trips = RoundTrips(a)
+        assert await create(a, "a1") is not None
+        sent = await trips.settled()
+        assert [s for s in sent if "FOR UPDATE" in s] and not any("FOR UPDATE" in s for s in sent[:1])
+        assert a._hot is not None and a._hot.heads.lane("t").contended_until > time.monotonic()  # noqa: SLF001
+        caplog.set_level(logging.INFO, logger="handraise.core.store.pgunits")
+
+        async def writer(store: Store, name: str) -> None:
+            for n in range(6):
+                assert await create(store, f"{name}{n}") is not None
+                assert await answer(store, f"{name}{n}") is not None
+
+        await asyncio.gather(*(writer(s, f"{tag}{k}-") for tag, s in (("x", a), ("y", b)) for k in range(4)))
+        assert "locked path" not in caplog.text
+        entries = await a.journal_entries(tenant_id="t", limit=10000)
+        assert [e.seq for e in entries] == list(range(1, 3 + 2 * 4 * 6 * 2 + 1))
+        assert await a.verify_journal() == []
