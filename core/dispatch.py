@@ -90,7 +90,7 @@ class Dispatcher(Recovery):
 
     def start(self) -> None:
         self._started_at = self.service.clock()
-        self.service.bus.add_listener(self._on_event)
+        self.service.bus.add_listener(self._on_event, remote_data=False)
         if (self.connectors or self.http is not None) and self.recovery_interval > 0:
             self._timer(self._recovery_loop(), name="dispatch-recovery")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -84,13 +85,18 @@ class EventBus:
         self._loaders: dict[str, Loader] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Callable[[Event], Awaitable[None] | None]] = []
+        # Listeners that read the data of other instances' events (the others act on them by id alone).
+        self._remote_data_listeners = 0
 
     def register_loader(self, event_type: str, loader: Loader) -> None:
         self._loaders[event_type] = loader
 
-    def add_listener(self, fn: Callable[[Event], Awaitable[None] | None]) -> None:
-        """A callback for every event (internal consumers such as waiters and the dispatcher)."""
+    def add_listener(self, fn: Callable[[Event], Awaitable[None] | None], *, remote_data: bool = True) -> None:
+        """A callback for every event (internal consumers such as waiters and the dispatcher). With
+        ``remote_data=False`` it reads no data of other instances' events (``local`` False), which then
+        are not read from the store for it (their ``data`` is empty unless a subscription needed it)."""
         self._listeners.append(fn)
+        self._remote_data_listeners += remote_data
 
     def publish(self, ev: Event) -> None:
         # Events carry their journal seq; one without (a test's own) gets a local number.
@@ -140,6 +146,9 @@ class EventBus:
                 "origin": self.instance_id}
 
     async def on_notify(self, payload: str) -> None:
+        """Another instance's event. Its data is rebuilt from the store only when a subscription here would
+        get it or a listener reads it: the service's waiters, the dispatcher and the metrics act on other
+        instances' events by their ids alone, so with no stream open here an event costs no store read."""
         try:
             msg = json.loads(payload)
             if msg.get("origin") == self.instance_id:
@@ -147,14 +156,18 @@ class EventBus:
             loader = self._loaders.get(msg["type"])
             if loader is None:
                 return
-            data = await loader(msg["tenant_id"], msg["id"])
+            seq = msg.get("seq")
+            ev = Event(msg["type"], msg["tenant_id"], msg["id"], {}, msg.get("run_id"), local=False,
+                       seq=seq if isinstance(seq, int) and seq > 0 else 0)
+            if self._remote_data_listeners or any(sub.matches(ev) for sub in self._subs):
+                data = await loader(ev.tenant_id, ev.object_id)
+                if data is None:  # gone since
+                    return
+                ev = dataclasses.replace(ev, data=data)
         except Exception:
             log.exception("bad notification")
             return
-        if data is not None:
-            seq = msg.get("seq")
-            self.publish(Event(msg["type"], msg["tenant_id"], msg["id"], data, msg.get("run_id"), local=False,
-                               seq=seq if isinstance(seq, int) and seq > 0 else 0))
+        self.publish(ev)
 
 
 # Journal entries that are events: the entry's event name -> the event type.

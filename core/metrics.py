@@ -73,7 +73,7 @@ class Metrics:
                           "(the estimate admission compares with limits.max_write_queue_ms)", registry=r)
             queue.set_function(admission.expected_wait)
         self._clock = service.clock
-        service.bus.add_listener(self.on_event)
+        service.bus.add_listener(self.on_event, remote_data=False)
         service.on_wake = self.on_wake
 
     # -- hooks -----------------------------------------------------------------

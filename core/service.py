@@ -89,7 +89,7 @@ class RequestService(Sweeping, LinkDoors):
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.register_loader(REQUEST_PROGRESS, self._load_event_data)
         bus.register_loader(REQUEST_VOTED, self._load_event_data)
-        bus.add_listener(self._wake_on_event)
+        bus.add_listener(self._wake_on_event, remote_data=False)
         # Escalation steps and reminders, moved on by the sweeper (core/escalation.py).
         self.escalations = escalation.Escalator(self)
         # Quorum requests are decided by votes (core/quorum.py).
