@@ -52,6 +52,7 @@ class Metrics:
                                    ["kind"], registry=r)
         self.http_requests = Counter("handraise_http_requests", "HTTP requests served, by method and status",
                                      ["method", "status"], registry=r)
+        self._http_series: dict[tuple[str, int], Any] = {}
         self.http_duration = Histogram("handraise_http_request_duration_seconds", "HTTP request durations "
                                        "(long-polls and event streams included)", registry=r, buckets=_HTTP_BUCKETS)
         waiting = Gauge("handraise_agents_waiting", "Agent calls waiting for an answer on this instance",
@@ -107,7 +108,11 @@ class Metrics:
         self.writes_shed.labels(reason).inc()
 
     def on_http(self, method: str, status: int, seconds: float) -> None:
-        self.http_requests.labels(method, str(status)).inc()
+        # Every request of a server logging at INFO comes here: its series looked up once per (method, status).
+        series = self._http_series.get((method, status))
+        if series is None:
+            series = self._http_series[(method, status)] = self.http_requests.labels(method, str(status))
+        series.inc()
         self.http_duration.observe(seconds)
 
     # -- exposition ------------------------------------------------------------

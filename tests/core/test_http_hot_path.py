@@ -332,3 +332,26 @@ async def test_a_body_read_before_or_over_the_limit_is_refused_as_before() -> No
     request, _ = _request_with([], eof=True)
     with pytest.raises(BadRequestError, match="the body is empty"):
         await http_input.read_json(request)
+
+
+# -- metrics series looked up once ---------------------------------------------------------------------------------
+
+
+async def test_http_and_resolution_series_are_counted_apart_and_once_each(sqlite_api: Api) -> None:
+    from prometheus_client import generate_latest
+
+    from handraise.core.appkeys import METRICS
+
+    metrics = sqlite_api.app[METRICS]
+    for method, status in (("POST", 201), ("POST", 201), ("GET", 200), ("POST", 422)):
+        metrics.on_http(method, status, 0.001)
+    await sqlite_api.create({"unique_id": "m-1", "message_for_user": "Code?", "timeout_seconds": 60})
+    await sqlite_api.create({"unique_id": "m-2", "message_for_user": "Code?", "timeout_seconds": 60})
+    assert (await sqlite_api.submit("m-1", "42"))[0] == 200
+    assert (await sqlite_api.submit("m-2", "43"))[0] == 200
+    text = generate_latest(metrics.registry).decode()
+    assert 'handraise_http_requests_total{method="POST",status="201"} 2.0' in text
+    assert 'handraise_http_requests_total{method="GET",status="200"} 1.0' in text
+    assert 'handraise_http_requests_total{method="POST",status="422"} 1.0' in text
+    assert "handraise_http_request_duration_seconds_count 4.0" in text
+    assert 'handraise_requests_resolved_total{status="answered",via="api"} 2.0' in text
