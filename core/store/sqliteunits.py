@@ -71,7 +71,9 @@ class SqliteHotUnits:
             sql = self._inserts[columns] = (
                 f"INSERT INTO requests ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
                 "ON CONFLICT DO NOTHING")
-        if raw.execute(sql, tuple(values.values())).rowcount != 1:
+        # Booleans as the integers SQLite stores (as SQLAlchemy binds them): sqlite3 would look for an adapter.
+        params = tuple(int(v) if v.__class__ is bool else v for v in values.values())
+        if raw.execute(sql, params).rowcount != 1:
             return None
         if values.get("run_id") is not None:
             # A run named by use is made with its first request (tenant-scoped, unregistered), as runs.ensure_in.

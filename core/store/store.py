@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -277,16 +278,17 @@ class Store:
             log.exception("store ping failed")
             return False
 
+    def transaction(self) -> AsyncContextManager[StoreConnection]:
+        """A write transaction: ``async with store.transaction() as conn``; COMMIT when the body completes."""
+        if self._runner is not None:
+            return self._runner.transaction()  # no generator around it: two of these a cycle
+        return self._pg_transaction()
+
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[StoreConnection]:
-        runner = self._runner
-        if runner is None:
-            conn = PgConnection(lambda: _pg_connection(self._pg_engine().begin(), self.breaker))
-            async with conn.exits:
-                yield conn
-            return
-        async with runner.transaction() as tx:
-            yield tx
+    async def _pg_transaction(self) -> AsyncIterator[StoreConnection]:
+        conn = PgConnection(lambda: _pg_connection(self._pg_engine().begin(), self.breaker))
+        async with conn.exits:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def reader(self) -> AsyncIterator[StoreConnection]:
