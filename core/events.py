@@ -218,6 +218,9 @@ class PostgresListener:
         self._bus = bus
         self._on_reconnect = on_reconnect
         self.connected = asyncio.Event()
+        # How this instance's own payloads name it (json.dumps' spelling; a key, never inside a JSON string,
+        # whose quotes would be escaped): they were published here already, and come back on every write.
+        self._own = f'"origin": {json.dumps(bus.instance_id)}'
 
     async def run(self) -> None:
         import asyncpg
@@ -252,5 +255,7 @@ class PostgresListener:
             delay = min(delay * 2, 5.0)
 
     def _handle(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if self._own in payload:  # no task for this instance's own events (on_notify would drop them)
+            return
         task = asyncio.get_running_loop().create_task(self._bus.on_notify(payload))
         task.add_done_callback(_log_failure)

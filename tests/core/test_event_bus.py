@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from handraise.core.events import REQUEST_RESOLVED, Event, EventBus
+from handraise.core.events import REQUEST_RESOLVED, Event, EventBus, PostgresListener
 
 
 def _bus() -> tuple[EventBus, list[tuple[str, str]], list[Event]]:
@@ -69,3 +69,19 @@ async def test_the_app_listens_to_other_instances_by_id_alone(tmp_path: Any) -> 
 
     async with running_app(settings_from(base_config(f"sqlite:///{tmp_path / 'h.db'}"))) as api:
         assert api.app[SERVICE].bus._remote_data_listeners == 0  # noqa: SLF001
+
+
+async def test_the_listener_makes_no_task_for_this_instances_own_notifications() -> None:
+    import asyncio
+
+    bus, loads, heard = _bus()
+    listener = PostgresListener(dsn="postgresql://unused", channel="handraise_events", bus=bus)
+    listener._handle(None, 1, "handraise_events", _payload("req_1", origin="here"))  # noqa: SLF001
+    listener._handle(None, 1, "handraise_events", _payload("req_2"))  # noqa: SLF001
+    # An agent's run id that spells the marker is escaped inside its string: not taken for this instance's.
+    sneaky = json.dumps({"type": REQUEST_RESOLVED, "tenant_id": "acme", "id": "req_3",
+                         "run_id": '"origin": "here"', "origin": "there"})
+    listener._handle(None, 1, "handraise_events", sneaky)  # noqa: SLF001
+    assert len(asyncio.all_tasks()) == 1 + 2  # this test's own, and the two others' events
+    await asyncio.sleep(0)
+    assert [e.object_id for e in heard] == ["req_2", "req_3"] and loads == []
