@@ -34,6 +34,7 @@ requests_t = RequestRow.__table__
 
 GENESIS_HASH = "0" * 64
 _SAFE_INT = 2**53 - 1
+_TEXT_OR_NULL = frozenset({str, type(None)})
 # Data keys never exported (the run bundle, the API's journal views): the answer's keyed digest.
 PRIVATE_DATA_KEYS = frozenset({"response_digest"})
 TERMINAL_EVENTS = frozenset({"answered", "expired", "cancelled"})
@@ -81,8 +82,8 @@ def chain_hash(key: bytes, *, prev_hash: str, seq: int, tenant_id: str, request_
     fields = {"seq": seq, "tenant_id": tenant_id, "request_id": request_id, "run_id": run_id, "event": event,
               "principal": principal, "channel": channel, "data": data_json, "at": repr(at)}
     message = None
-    if type(seq) is int and 0 <= seq <= _SAFE_INT and all(
-            v is None or type(v) is str for v in (tenant_id, request_id, run_id, event, principal, channel, data_json)):
+    if type(seq) is int and 0 <= seq <= _SAFE_INT and _TEXT_OR_NULL.issuperset(
+            map(type, (tenant_id, request_id, run_id, event, principal, channel, data_json))):
         # The C encoder spells text, null and a safe integer exactly as RFC 8785 does (every code point
         # checked against rfc8785), text that is not ASCII included; a lone surrogate fails the encode.
         with contextlib.suppress(UnicodeEncodeError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any
 
 from handraise.core.models import DeliveryRow, RequestRow
@@ -35,6 +36,7 @@ _BY = {"id": _JOINED + "r.id = ? AND r.tenant_id = ? ORDER BY d.id",
        "unique_id": _JOINED + "r.unique_id = ? AND r.tenant_id = ? ORDER BY d.id"}
 _GET = {"id": "SELECT * FROM requests WHERE id = ? AND tenant_id = ?",
         "unique_id": "SELECT * FROM requests WHERE unique_id = ? AND tenant_id = ?"}
+_first = itemgetter(0)
 _CONDITIONS = {True: " AND expires_at > ?", False: " AND expires_at <= ?", None: ""}
 
 
@@ -48,7 +50,7 @@ def _request(names: list[str], values: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _names(cursor: sqlite3.Cursor) -> list[str]:
-    return [d[0] for d in cursor.description]
+    return list(map(_first, cursor.description))
 
 
 class SqliteHotUnits:
@@ -71,9 +73,11 @@ class SqliteHotUnits:
             sql = self._inserts[columns] = (
                 f"INSERT INTO requests ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
                 "ON CONFLICT DO NOTHING")
-        # Booleans as the integers SQLite stores (as SQLAlchemy binds them): sqlite3 would look for an adapter.
-        params = tuple(int(v) if v.__class__ is bool else v for v in values.values())
-        if raw.execute(sql, params).rowcount != 1:
+        for name in _BOOLEANS:  # as the integers SQLite stores (as SQLAlchemy binds them): no adapter looked for
+            value = values.get(name)
+            if value.__class__ is bool:
+                values[name] = int(value)
+        if raw.execute(sql, tuple(values.values())).rowcount != 1:
             return None
         if values.get("run_id") is not None:
             # A run named by use is made with its first request (tenant-scoped, unregistered), as runs.ensure_in.
