@@ -282,13 +282,7 @@ class Store:
         """A write transaction: ``async with store.transaction() as conn``; COMMIT when the body completes."""
         if self._runner is not None:
             return self._runner.transaction()  # no generator around it: two of these a cycle
-        return self._pg_transaction()
-
-    @contextlib.asynccontextmanager
-    async def _pg_transaction(self) -> AsyncIterator[StoreConnection]:
-        conn = PgConnection(lambda: _pg_connection(self._pg_engine().begin(), self.breaker))
-        async with conn.exits:
-            yield conn
+        return PgConnection(lambda: _pg_connection(self._pg_engine().begin(), self.breaker))
 
     @contextlib.asynccontextmanager
     async def reader(self) -> AsyncIterator[StoreConnection]:
@@ -297,8 +291,8 @@ class Store:
         if runner is None:
             if self._read_engine is None:
                 raise UnavailableError("store is not open")
-            reader = PgConnection(lambda: _pg_connection(self._read_engine.connect(), self.breaker))  # type: ignore[union-attr]
-            async with reader.exits:
+            async with PgConnection(lambda: _pg_connection(self._read_engine.connect(),  # type: ignore[union-attr]
+                                                            self.breaker)) as reader:
                 yield reader
             return
         async with runner.reader() as snapshot:

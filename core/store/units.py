@@ -35,7 +35,9 @@ class StoreConnection(ABC):
 
 class PgConnection(StoreConnection):
     """A PostgreSQL transaction (or an autocommit reader) that begins with its first unit: a transaction
-    whose only unit is a hot one never sends BEGIN and COMMIT (the unit is one statement, atomic alone)."""
+    whose only unit is a hot one never sends BEGIN and COMMIT (the unit is one statement, atomic alone).
+    Its own async context manager (``async with PgConnection(...) as conn``), with no generator around
+    it: ending one that never began costs nothing, and the hot path's writes are two of these a cycle."""
 
     def __init__(self, opening: Callable[[], AsyncContextManager[AsyncConnection]]) -> None:
         """``opening()``: the connection's context (begun, translated), entered at the first unit."""
@@ -43,7 +45,15 @@ class PgConnection(StoreConnection):
         self._conn: AsyncConnection | None = None
         self._alone = False
         # Ends the connection (COMMIT, or ROLLBACK when the body raised) once it was begun.
-        self.exits = contextlib.AsyncExitStack()
+        self.exits: contextlib.AsyncExitStack | None = None
+
+    async def __aenter__(self) -> PgConnection:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        if self.exits is None:  # nothing began
+            return None
+        return await self.exits.__aexit__(*exc)
 
     def commit_alone(self) -> bool:
         if self._conn is not None or self._alone:
@@ -55,6 +65,7 @@ class PgConnection(StoreConnection):
         if self._alone:
             raise RuntimeError("a unit that commits alone must be the last of its transaction")
         if self._conn is None:
+            self.exits = contextlib.AsyncExitStack()
             self._conn = await self.exits.enter_async_context(self._opening())
         try:
             return await self._conn.run_sync(fn, *args)

@@ -399,3 +399,24 @@ async def test_once_another_instance_moved_the_head_batches_lock_it_first(pg_url
         entries = await a.journal_entries(tenant_id="t", limit=10000)
         assert [e.seq for e in entries] == list(range(1, 3 + 2 * 4 * 6 * 2 + 1))
         assert await a.verify_journal() == []
+
+
+async def test_a_transaction_that_ran_nothing_sends_nothing_and_a_failed_body_rolls_back(pg_url: str) -> None:
+    """store.transaction() on PostgreSQL is the connection itself as its context manager: nothing begun,
+    nothing to end; a body that raised after a unit ran rolls it back."""
+    async with opened(pg_url) as store:
+        trips = RoundTrips(store)
+        async with store.transaction():
+            pass
+        assert await trips.settled() == []
+        with pytest.raises(RuntimeError):
+            async with store.transaction() as conn:
+                await store.append_journal(conn, tenant_id="t", event="delivered")
+                raise RuntimeError("the body failed")
+        sent = await trips.settled()
+        assert sent[0] == "BEGIN" and sent[-1] == "ROLLBACK", sent
+        assert await store.journal_entries(tenant_id="t") == []
+        async with store.transaction() as conn:
+            await store.append_journal(conn, tenant_id="t", event="delivered")
+        assert (await trips.settled())[-1] == "COMMIT"
+        assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1]
