@@ -136,12 +136,15 @@ def _count_sql(engine: Any, counts: Counts, *, transactions: bool) -> None:
     event.listen(engine.pool, "checkout", checkout)
 
 
-async def _handraise_app(storage_url: str, tmp: Path, counts: Counts) -> web.Application:
+async def _handraise_app(storage_url: str, tmp: Path, counts: Counts | None) -> web.Application:
+    """The real app on ``storage_url``; ``counts``: what to count its store calls and statements in (None: nothing)."""
     from handraise.core.app import create_app
     from handraise.core.appkeys import STORE
     from handraise.core.config import load_settings
 
     settings = load_settings(write_config(storage_url=storage_url, workdir=tmp))
+    if counts is None:
+        return await create_app(settings)
     if storage_url.startswith("sqlite"):
         _count_sqlite(counts)
     app = await create_app(settings)
@@ -200,7 +203,9 @@ def _db_thread_cpu(app: web.Application | None) -> Any:
     return None if runner is None else runner.thread.cpu_seconds
 
 
-async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[str, Any]:
+async def measure(kind: str, *, cycles: int, warmup: int, profile: int, counted: bool = True) -> dict[str, Any]:
+    """``counted=False``: no store calls, statements or Python calls counted (no cProfile, no trace
+    callback), so the server does only its own work (bench/instructions.py)."""
     counts = Counts()
     handraise_app: web.Application | None = None
     async with contextlib.AsyncExitStack() as stack:
@@ -210,10 +215,10 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
 
             app = build_app()
         elif kind == "sqlite":
-            app = handraise_app = await _handraise_app(f"sqlite:///{tmp / 'cost.db'}", tmp, counts)
+            app = handraise_app = await _handraise_app(f"sqlite:///{tmp / 'cost.db'}", tmp, counts if counted else None)
         else:
             url = await stack.enter_async_context(postgres_url())
-            app = handraise_app = await _handraise_app(url, tmp, counts)
+            app = handraise_app = await _handraise_app(url, tmp, counts if counted else None)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
@@ -230,23 +235,24 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int) -> dict[
         db_cpu0 = db_cpu() if db_cpu is not None else 0.0
         profiler = cProfile.Profile()
         cpu0 = time.process_time()
-        profiler.enable()
+        if counted:
+            profiler.enable()
         go.set()
         while client.is_alive():
             await asyncio.sleep(0.005)
         profiler.disable()
         cpu = time.process_time() - cpu0 - out["client_cpu"]
         db_ms = None if db_cpu is None else 1000 * (db_cpu() - db_cpu0) / cycles
-        stats = pstats.Stats(profiler)
+        stats = pstats.Stats(profiler) if counted else None
         result = {
             "store_calls": sum(counts.store.values()) / cycles,
             "store_by_name": {k: v / cycles for k, v in sorted(counts.store.items())},
             "sql": counts.sql / cycles,
-            "python_calls": stats.total_calls / cycles,  # type: ignore[attr-defined]
+            "python_calls": None if stats is None else stats.total_calls / cycles,  # type: ignore[attr-defined]
             "cpu_ms": 1000 * cpu / cycles,
             "db_thread_ms": db_ms,
         }
-        if profile:
+        if profile and counted:
             buf = io.StringIO()
             pstats.Stats(profiler, stream=buf).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(profile)
             result["profile"] = buf.getvalue()
