@@ -8,7 +8,7 @@ entry follows; the journal's primary key (tenant, seq) is the last arbiter). A t
 instance go through its lane: one batch at a time, a write that finds the lane free alone at once, those
 arriving meanwhile together in the next batch, pipelined in one implicit transaction (one round trip,
 one commit). A stale head costs a retry, never a broken chain; once another instance moved the head
-under this one, the tenant's batches lock the head first (BEGIN, SELECT … FOR UPDATE, the batch,
+under this one twice in a row, the tenant's batches lock the head first (BEGIN, SELECT … FOR UPDATE, the batch,
 COMMIT) while both write, and after a few misses in a row a unit runs on the store's locked path.
 """
 
@@ -51,9 +51,10 @@ log = logging.getLogger(__name__)
 
 # Misses in a row (another writer moved the head each time) before the unit takes the locked path.
 MAX_HEAD_MISSES = 3
-# After another instance moved a tenant's head under this one, the tenant's batches here lock the head
-# first, until this long has passed without finding it moved by another (while two instances write at
-# once, a batch built on the head this one last saw would mostly find it moved).
+# After the head moved under this instance twice in a row (another instance writes the tenant too), the
+# tenant's batches here lock the head first, until this long has passed without finding it moved by
+# another (while two instances write at once, a batch built on the head this one last saw would mostly
+# find it moved). A single move is not enough: this instance's own locked path moves it too.
 CONTENDED_SECONDS = 2.0
 
 
@@ -327,8 +328,8 @@ class PgHotUnits:
         the one before it, so a unit that changes nothing (another writer won, the request exists) leaves the
         head where the next one's guard fails, and the whole batch is undone unless every unit after it
         changed nothing too. So what a batch applies is always its first units. A head another writer moved
-        means reading it and trying again, and locking it first for the batches of the next
-        CONTENDED_SECONDS (past MAX_HEAD_MISSES, the locked path); a batch that failed with the head
+        means reading it and trying again, and when it moved again, locking it first for the batches of the
+        next CONTENDED_SECONDS (past MAX_HEAD_MISSES, the locked path); a batch that failed with the head
         unmoved, or with a statement's own error, runs again one unit at a time, which says which."""
         key = self._key()
         lane = self.heads.lane(tenant_id)
@@ -350,8 +351,11 @@ class PgHotUnits:
                 except HeadMoved:
                     moved = await self._read_head(tenant_id) != head
                     if moved:
-                        lane.contended_until = time.monotonic() + CONTENDED_SECONDS
                         misses += 1
+                        if misses > 1:
+                            # Moved again between reading it and the retry: another instance writes this
+                            # tenant too. (Once is this instance's own locked path as often as not.)
+                            lane.contended_until = time.monotonic() + CONTENDED_SECONDS
                         if misses < MAX_HEAD_MISSES:
                             pending = [u for u, _ in planned] + pending
                             continue

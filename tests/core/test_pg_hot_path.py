@@ -380,13 +380,28 @@ async def test_once_another_instance_moved_the_head_batches_lock_it_first(pg_url
     FOR UPDATE in a transaction of their own) for CONTENDED_SECONDS: while both write, no batch fails on a
     stale head and no write falls back to the locked path; the chain stays whole."""
     async with opened(pg_url) as a, opened(pg_url) as b:
+        hot = a._hot  # noqa: SLF001
+        assert hot is not None
         await create(a, "a0")
         await create(b, "b0")  # a's head is stale now
+        assert await create(a, "a1") is not None  # found moved once: read again, and the retry went
+        assert hot.heads.lane("t").contended_until == 0
+        await create(b, "b1")
+        read_head = hot._read_head  # noqa: SLF001
+
+        async def read_then_b_writes(tenant_id: str) -> tuple[int, str]:
+            head = await read_head(tenant_id)
+            if not hasattr(read_then_b_writes, "done"):
+                read_then_b_writes.done = True  # type: ignore[attr-defined]
+                await create(b, "b2")  # moves it again before a's retry
+            return head
+
+        hot._read_head = read_then_b_writes  # type: ignore[method-assign]  # noqa: SLF001
         trips = RoundTrips(a)
-        assert await create(a, "a1") is not None
+        assert await create(a, "a2") is not None
         sent = await trips.settled()
         assert [s for s in sent if "FOR UPDATE" in s] and not any("FOR UPDATE" in s for s in sent[:1])
-        assert a._hot is not None and a._hot.heads.lane("t").contended_until > time.monotonic()  # noqa: SLF001
+        assert hot.heads.lane("t").contended_until > time.monotonic()
         caplog.set_level(logging.INFO, logger="handraise.core.store.pgunits")
 
         async def writer(store: Store, name: str) -> None:
@@ -397,8 +412,21 @@ async def test_once_another_instance_moved_the_head_batches_lock_it_first(pg_url
         await asyncio.gather(*(writer(s, f"{tag}{k}-") for tag, s in (("x", a), ("y", b)) for k in range(4)))
         assert "locked path" not in caplog.text
         entries = await a.journal_entries(tenant_id="t", limit=10000)
-        assert [e.seq for e in entries] == list(range(1, 3 + 2 * 4 * 6 * 2 + 1))
+        assert [e.seq for e in entries] == list(range(1, 6 + 2 * 4 * 6 * 2 + 1))
         assert await a.verify_journal() == []
+
+
+async def test_this_instances_own_locked_path_does_not_make_the_lane_contended(pg_url: str) -> None:
+    async with opened(pg_url) as store:
+        await create(store, "0")
+        for i in range(1, 4):
+            async with store.transaction() as conn:  # an entry on the locked path moves the head
+                await store.append_journal(conn, tenant_id="t", event="delivered", request_id="req_0")
+            trips = RoundTrips(store)
+            assert await create(store, str(i)) is not None
+            assert not any("FOR UPDATE" in s for s in await trips.settled())
+        assert store._hot is not None and store._hot.heads.lane("t").contended_until == 0  # noqa: SLF001
+        assert await store.verify_journal() == []
 
 
 async def test_a_transaction_that_ran_nothing_sends_nothing_and_a_failed_body_rolls_back(pg_url: str) -> None:
