@@ -338,6 +338,36 @@ async def lock_waiters(url: str, every: float = 0.02) -> Any:
         await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def backend_cpu(url: str) -> Any:
+    """The CPU seconds the database's backends used while the block ran (``used["seconds"]``), read from
+    /proc/<pid>/stat of the PostgreSQL processes serving it (a backend the pools opened meanwhile counts
+    whole); nothing when the server's processes are not on this machine. Like the lock waits, a cost per
+    cycle the machine's load moves less than a rate."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=10)
+
+    async def backends() -> dict[int, float]:
+        pids = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()")
+        seconds = {}
+        for (pid,) in pids:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                seconds[pid] = cpu_seconds(pid)
+        return seconds
+
+    used: dict[str, float] = {}
+    before = await backends()
+    try:
+        yield used
+    finally:
+        after = await backends()
+        if after:
+            used["seconds"] = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+        await conn.close()
+
+
 async def one_vs_two(url: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     async with floor_server(workdir=tmp) as floor:
         floor_rate = (await cycles(floor, workers=args.workers, duration=args.cycle_duration)).per_second
@@ -347,15 +377,23 @@ async def one_vs_two(url: str, tmp: Path, args: argparse.Namespace) -> dict[str,
         def lanes(on: list[Running]) -> list[Lane]:
             return [Lane(s, t.ask, t.answer) for s in on for t in ts]
 
-        runs, waiters = {}, {}
+        runs, waiters, backends = {}, {}, {}
         for name, on in (("one", servers[:1]), ("two", servers), ("one_again", servers[:1])):
-            async with lock_waiters(url) as samples:
+            async with lock_waiters(url) as samples, backend_cpu(url) as pg:
+                t0 = time.perf_counter()
                 runs[name] = asdict(await cycles(lanes(on), workers=args.workers, duration=args.cycle_duration))
+                elapsed = time.perf_counter() - t0  # the warm-up's cycles too: the backends' CPU covers it
             waiters[name] = round(sum(samples) / max(1, len(samples)), 2)
+            if "seconds" in pg:
+                backends[name] = round(1000 * pg["seconds"] / (runs[name]["per_second"] * elapsed), 2)
     one = (runs["one"]["per_second"] + runs["one_again"]["per_second"]) / 2
     return {"floor": round(floor_rate, 1), "workers": args.workers, "duration_s": args.cycle_duration,
             **{k: round(v["per_second"], 1) for k, v in runs.items()},
             "server_cpu_percent": {k: round(v["server_cpu_percent"]) for k, v in runs.items()},
+            # CPU a cycle (ms): the instances' together, and the database's backends' (None: not on this machine).
+            "server_ms_per_cycle": {k: round(10 * v["server_cpu_percent"] / v["per_second"], 2)
+                                    for k, v in runs.items()},
+            "backend_ms_per_cycle": backends or None,
             "mean_lock_waiters": waiters,
             "two_over_one": round(runs["two"]["per_second"] / one, 2), "one_of_floor": round(one / floor_rate, 3)}
 
@@ -390,6 +428,8 @@ def render(report: dict[str, Any]) -> str:
                      f"instance {c['one']} then {c['one_again']}/s ({c['one_of_floor']} of floor); two instances "
                      f"{c['two']}/s: {c['two_over_one']}x (target >= {TARGET_TWO_INSTANCES}); server CPU "
                      f"{c['server_cpu_percent']}; backends waiting for a lock, mean {c['mean_lock_waiters']}")
+        lines.append(f"  CPU a cycle: instances {c.get('server_ms_per_cycle')} ms; PostgreSQL's backends "
+                     f"{c.get('backend_ms_per_cycle')} ms")
     return "\n".join(lines)
 
 
