@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import gc
 import signal
 import socket
 
@@ -40,6 +41,19 @@ def _bind(settings: Settings) -> socket.socket:
                           "set --host/--port or [server] host/port") from None
     sock.setblocking(False)
     return sock
+
+
+def freeze_startup_heap() -> int:
+    """Leave what startup built (modules, the app, its models and validators: ~140,000 objects) out of every
+    later garbage collection; returns how many objects that is.
+
+    A full collection walks every tracked object with the event loop stopped: 150-210 ms for the started app
+    on the shared 2-core machine, a stall of every waiting agent's wake. Startup's objects live as long as
+    the process, so walking them finds nothing. Garbage is collected first, so none is kept for good.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -84,6 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if app[KEYRING].empty and not stored:
                 for line in first_run_hint(settings):
                     print(line, flush=True)
+            freeze_startup_heap()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -355,3 +355,31 @@ async def test_http_and_resolution_series_are_counted_apart_and_once_each(sqlite
     assert 'handraise_http_requests_total{method="POST",status="422"} 1.0' in text
     assert "handraise_http_request_duration_seconds_count 4.0" in text
     assert 'handraise_requests_resolved_total{status="answered",via="api"} 2.0' in text
+
+
+# -- the heap that startup built -------------------------------------------------------------------------------
+
+
+def test_serve_leaves_the_startup_heap_out_of_later_collections() -> None:
+    import gc
+    import inspect
+
+    from handraise.core.commands import serve
+
+    class Cycle:
+        pass
+
+    garbage = Cycle()
+    garbage.me = garbage  # type: ignore[attr-defined]
+    ref = __import__("weakref").ref(garbage)
+    del garbage
+    try:
+        frozen = serve.freeze_startup_heap()
+        assert ref() is None, "garbage is collected before the freeze, never kept for good"
+        assert frozen == gc.get_freeze_count() > 1000
+        assert len(gc.get_objects()) < frozen / 10  # what a full collection walks now: what came after
+    finally:
+        gc.unfreeze()
+    # cmd_serve freezes once the app has started (after the banner and the first-run hint).
+    source = inspect.getsource(serve.cmd_serve)
+    assert source.index("freeze_startup_heap()") > source.index("first_run_hint(settings)")
