@@ -17,7 +17,8 @@ counts below are the server's alone:
 - **CPU ms**: the server's CPU time per cycle (process CPU less the client thread's), cProfile's
   overhead on the loop thread included; this one does move with the machine's load, unlike the others;
 - **DB thread ms** (SQLite): the database thread's own CPU time per cycle (core/store/sqlite.py; not
-  profiled, so no overhead in it): every statement and the rows' conversion run there.
+  profiled, but the statement trace adds a few microseconds a statement): every statement and the
+  rows' conversion run there. bench/instructions.py counts the same work without either counter.
 
 ``--profile N`` prints the N functions with the most own time on the server's loop thread.
 """
