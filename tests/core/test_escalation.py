@@ -276,7 +276,10 @@ async def test_a_retry_with_the_same_schedule_is_the_same_request_and_another_is
 async def test_two_instances_sweeping_reach_a_step_once_and_both_hear_of_it(pg_url: str) -> None:
     from handraise.core.events import REQUEST_SCHEDULED
 
-    config = base_config(pg_url)
+    # The instances' own sweepers are held back (their first tick runs at start, the next a minute later):
+    # a tick of theirs landing after the clocks move would reach the step itself, and the four calls
+    # below would all rightly find nothing left to do.
+    config = base_config(pg_url, limits={"sweep_interval_seconds": 60})
     config["tenants"][0]["people"] = PEOPLE
     settings = settings_from(config)
     async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
