@@ -52,14 +52,15 @@ class AccessLog(AbstractAccessLogger):
         super().__init__(access_log, log_format)
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:  # noqa: A002
+        # The HTTP metrics count every request, whether the line itself is wanted (INFO) or not.
+        metrics = request.app.get(METRICS) if isinstance(request, web.Request) else None
+        if metrics is not None:
+            metrics.on_http(request.method, response.status, time)
         if not self.logger.isEnabledFor(logging.INFO):
             return
         principal = request.get(PRINCIPAL_ATTR)
         path = mask_tokens(request.path)
         ms = round(time * 1000, 1)
-        metrics = request.app.get(METRICS) if isinstance(request, web.Request) else None
-        if metrics is not None:
-            metrics.on_http(request.method, response.status, time)
         self.logger.info("%s %s %s %.1fms", request.method, path, response.status, ms, extra={
             "method": request.method, "path": path, "status": response.status, "ms": ms,
             "tenant": getattr(principal, "tenant_id", None), "key_id": getattr(principal, "key_id", None)})

@@ -108,7 +108,7 @@ class Metrics:
         self.writes_shed.labels(reason).inc()
 
     def on_http(self, method: str, status: int, seconds: float) -> None:
-        # Every request of a server logging at INFO comes here: its series looked up once per (method, status).
+        # Every request comes here: its series looked up once per (method, status).
         series = self._http_series.get((method, status))
         if series is None:
             series = self._http_series[(method, status)] = self.http_requests.labels(method, str(status))

@@ -38,12 +38,12 @@ def _config(tmp_path: Path) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def logged_app(tmp_path: Path, **kwargs: Any) -> AsyncIterator[tuple[Api, io.StringIO]]:
+async def logged_app(tmp_path: Path, *, level: str = "INFO", **kwargs: Any) -> AsyncIterator[tuple[Api, io.StringIO]]:
     """The real app behind the access log the CLI installs, logging as JSON lines into a buffer."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     buffer = io.StringIO()
-    configure_logging(LoggingSettings(level="INFO", format="json"), stream=buffer)
+    configure_logging(LoggingSettings(level=level, format="json"), stream=buffer)
     app = await create_app(settings_from(_config(tmp_path)), **kwargs)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server(access_log_class=AccessLog)
@@ -202,6 +202,27 @@ async def test_metrics_count_what_happens(tmp_path: Path) -> None:
     assert _value(text, "handraise_agents_waiting") == 0
     assert _value(text, "handraise_http_requests_total", method="POST", status="201") >= 2
     assert "acme" not in text and "globex" not in text  # no tenant is named to a metrics key
+
+
+async def test_http_requests_are_counted_when_the_access_line_is_not_wanted(tmp_path: Path) -> None:
+    # A server logging at WARNING writes no access lines, and its HTTP metrics still count every request.
+    async with logged_app(tmp_path, level="WARNING") as (api, buffer):
+        await api.create({"unique_id": "w-1", "message_for_user": "Code?", "timeout_seconds": 60})
+        status, _ = await api.call("POST", "/v1/requests", json={"unique_id": "w-2"})
+        assert status == 422
+        assert (await api.submit("w-1", "42"))[0] == 200
+        # The access logger runs once a response is written: the metrics page's own request comes
+        # after these three, so when it shows all three counted, nothing of theirs is still under way.
+        for _ in range(200):
+            _status, _kind, text = await _scrape(api)
+            if _value(text, "handraise_http_requests_total", method="POST", status="200") >= 1:
+                break
+            await asyncio.sleep(0.01)
+    assert _value(text, "handraise_http_requests_total", method="POST", status="201") == 1
+    assert _value(text, "handraise_http_requests_total", method="POST", status="422") == 1
+    assert _value(text, "handraise_http_requests_total", method="POST", status="200") == 1
+    assert _value(text, "handraise_http_request_duration_seconds_count") >= 3
+    assert not [e for e in _lines(buffer) if e.get("logger") == "handraise.access"]
 
 
 async def test_home_page_and_api_reference(tmp_path: Path) -> None:
