@@ -31,10 +31,12 @@ _PLAIN_FLOAT_MIN, _PLAIN_FLOAT_MAX = 1e-4, 1e16
 
 
 def _spelled_alike(value: object) -> bool:
-    """True when ``json.dumps`` (sorted keys, no spaces) writes ``value`` exactly as RFC 8785 does: ASCII
-    strings (code-point and UTF-16 orders agree, no surrogates; the escapes are the same), safe integers,
-    fractional floats of plain notation, booleans, null, lists and objects. Other floats and other
-    text take the full RFC 8785 path."""
+    """True when ``json.dumps`` (sorted keys, no spaces, not ASCII-escaped) writes ``value`` exactly as RFC
+    8785 does: object names in ASCII (where code-point and UTF-16 orders agree), text values of any
+    script without lone surrogates (both leave every character as it is but the same escapes: checked
+    against rfc8785 over every code point), safe integers, fractional floats of plain notation,
+    booleans, null, lists and objects. Other floats, other names and lone surrogates take the full
+    RFC 8785 path (which refuses a lone surrogate)."""
     # Exact classes (``__class__``, an attribute rather than a call): a subclass of str or int (an enum, a
     # bool posing as a number) takes the full path. Containers wait on the stack; their members are checked
     # where they stand.
@@ -58,7 +60,10 @@ def _spelled_alike(value: object) -> bool:
             cls = item.__class__
             if cls is str:
                 if not item.isascii():
-                    return False
+                    try:
+                        item.encode("utf-8")  # a lone surrogate cannot be encoded
+                    except UnicodeEncodeError:
+                        return False
             elif cls is dict or cls is list:
                 stack.append(item)
             elif item is None or cls is bool:

@@ -168,3 +168,28 @@ def test_the_fast_path_spells_every_value_as_rfc8785_does():
     for bad in (2**53, {1: "x"}, float("nan"), "\ud800", {"k": ["\udfff"]}):
         with pytest.raises(CanonicalizationError):
             canonical_json(bad)
+
+
+def test_text_of_every_script_takes_the_c_encoder_and_spells_as_rfc8785(monkeypatch: pytest.MonkeyPatch):
+    """Text values of any code point but a lone surrogate take the fast path, byte for byte rfc8785's form;
+    object names beyond ASCII (UTF-16 order) and lone surrogates still go to rfc8785."""
+    import sys
+
+    import rfc8785
+
+    from handraise.core import canonical
+
+    chunks = ["".join(chr(c) for c in range(start, min(start + 4096, sys.maxunicode + 1))
+                      if not 0xD800 <= c <= 0xDFFF) for start in range(0, sys.maxunicode + 1, 4096)]
+    expected = [rfc8785.dumps({"text": chunk, "list": [chunk]}).decode("utf-8") for chunk in chunks]
+    slow: list[object] = []
+    full = canonical.rfc8785.dumps
+    monkeypatch.setattr(canonical.rfc8785, "dumps", lambda v: slow.append(v) or full(v))
+    assert [canonical_json({"text": chunk, "list": [chunk]}) for chunk in chunks] == expected
+    assert slow == []
+    # A name beyond ASCII: UTF-16 order puts the astral one first, code-point order the other.
+    names = {"\ue000": 1, "\U0001F600": 2}
+    assert canonical_json(names) == '{"\U0001F600":2,"\ue000":1}' and slow == [names]
+    for bad in ("é\ud800", {"k": "€\udfff"}):
+        with pytest.raises(CanonicalizationError):
+            canonical_json(bad)
