@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import cProfile
 import contextlib
+import gc
 import io
 import os
 import pstats
@@ -225,6 +226,13 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int, counted:
         stack.push_async_callback(runner.cleanup)
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
+        if handraise_app is not None:
+            # As `handraise serve` does: startup's heap left out of later collections, so a full one that
+            # lands in a run walks only what the cycles made (bench/instructions.py's two runs stay comparable).
+            from handraise.core.commands.serve import freeze_startup_heap
+
+            freeze_startup_heap()
+            stack.callback(gc.unfreeze)  # the next measure's app is not this one: this one's heap may go
         ready, go, out = threading.Event(), threading.Event(), {}
         client = threading.Thread(target=_client, args=(f"http://127.0.0.1:{port}", cycles, warmup, ready, go, out))
         client.start()
