@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
+import functools
 import gettext
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -131,21 +132,17 @@ def _validator(schema: dict) -> Any:
     """An ``AnswerValidator`` for ``schema``, built once per schema (by its JSON text): building one is most
     of the work of checking a short answer."""
     try:
-        key = dumps_unicode(schema)
+        text = dumps_unicode(schema)
     except (TypeError, ValueError, RecursionError):
         return AnswerValidator(schema, format_checker=FORMAT_CHECKER)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        if len(_VALIDATORS) >= _VALIDATORS_MAX:
-            _VALIDATORS.clear()
-        # Its own copy of the schema: the caller's may change after this call.
-        validator = _VALIDATORS[key] = AnswerValidator(copy.deepcopy(schema), format_checker=FORMAT_CHECKER)
-    return validator
+    return _validator_for(text)
 
 
-# Validators by their schema's JSON text; a validator holds its schema, at most 8 KB (max_schema_bytes).
-_VALIDATORS: dict[str, Any] = {}
-_VALIDATORS_MAX = 256
+@functools.lru_cache(maxsize=256)
+def _validator_for(text: str) -> Any:
+    # Built from the text: its own copy of the schema, whatever the caller's becomes. At most 8 KB each
+    # (max_schema_bytes).
+    return AnswerValidator(json.loads(text), format_checker=FORMAT_CHECKER)
 
 
 def schema_errors(schema: dict, value: object, *, t: gettext.NullTranslations = ENGLISH) -> list[FieldError]:

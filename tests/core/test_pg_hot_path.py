@@ -91,6 +91,20 @@ async def answer(store: Store, i: str, *, tenant_id: str = "t", run_id: str | No
             notify={"type": "request.resolved", "id": f"req_{i}", "run_id": run_id})
 
 
+async def cycle(store: Store, i: str) -> Any:
+    """One agent's cycle on the store: create request i, read it (the submit's look), answer it, read it
+    again (the wait's); each step checked. The ``created`` entry."""
+    entry = await create(store, i)
+    assert entry is not None and entry.event == "created"
+    found = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+    assert found is not None and found[0]["status"] == "pending"
+    done = await answer(store, i)
+    assert done is not None and done.row["status"] == "answered" and done.entry.event == "answered"
+    read = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
+    assert read is not None and read[0]["response_json"] == '"yes"'
+    return entry
+
+
 @contextlib.asynccontextmanager
 async def opened(url: str) -> AsyncIterator[Store]:
     store = Store(url=url, secret=SECRET, pool_size=3)
@@ -108,14 +122,7 @@ async def test_a_cycle_is_four_round_trips_none_of_them_a_transaction(pg_url: st
         first = await trips.settled()
         assert len(first) == 2 and "journal_heads" in first[0]  # this instance reads the head once
         for i in ("1", "2"):
-            entry = await create(store, i)
-            assert entry is not None and entry.event == "created"
-            found = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
-            assert found is not None and found[0]["status"] == "pending"
-            done = await answer(store, i)
-            assert done is not None and done.row["status"] == "answered" and done.entry.event == "answered"
-            read = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
-            assert read is not None and read[0]["response_json"] == '"yes"'
+            await cycle(store, i)
             sent = await trips.settled()
             # create, the submit's read, the compare-and-set, the wait's read: one statement each, and no
             # BEGIN/COMMIT, so no lock is held across a round trip.

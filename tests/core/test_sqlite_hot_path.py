@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from tests.core.test_pg_hot_path import answer, create, opened, request_row
+from tests.core.test_pg_hot_path import answer, create, cycle, opened, request_row
 
 from handraise.core.errors import ConflictError, UnavailableError
 from handraise.core.store import Store
@@ -66,14 +66,7 @@ async def test_a_cycle_is_four_trips_to_the_database_thread_and_twelve_statement
             trips = counting_trips(store)
             statements.clear()
             for i in ("1", "2"):
-                entry = await create(store, i)
-                assert entry is not None and entry.event == "created" and entry.seq == 2 * int(i)
-                found = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
-                assert found is not None and found[0]["status"] == "pending"
-                done = await answer(store, i)
-                assert done is not None and done.row["status"] == "answered" and done.entry.event == "answered"
-                read = await store.get_request_with_deliveries("t", request_id=f"req_{i}")
-                assert read is not None and read[0]["response_json"] == '"yes"'
+                assert (await cycle(store, i)).seq == 2 * int(i)
                 # Each write is one job from BEGIN IMMEDIATE to COMMIT; the head is moved, never read.
                 assert verbs(statements) == [
                     "BEGIN IMMEDIATE", "INSERT INTO requests", "UPDATE journal_heads SET", "INSERT INTO journal",
