@@ -328,12 +328,16 @@ class ChatConnector(Connector[RoutedT]):
     # -- personal links ------------------------------------------------------------
 
     async def personal_link(self, *, tenant_id: str, request_id: str, sender: Sender,
-                            recipient: str) -> AnswerOutcome:
-        """A one-time form link for this person only (``link``, with ``url``), or why not.
+                            recipient: str, kept: str | None = None) -> AnswerOutcome:
+        """A one-time form link for this person only (``link``, with ``url`` and ``link_id``), or why not.
 
         The link carries the person: the hosted form records the answer as theirs, through this
         channel. Only people on the allowlist get one, so sharing the chat's message shares nothing.
+        ``kept``: the id of the link a message already carries, rendered again while its request is
+        pending (a quorum tally edit): the same link, neither minted nor journaled again.
         """
+        if kept is not None:
+            return AnswerOutcome("link", wording.text("link"), url=self.service.link_url(kept), link_id=kept)
         try:
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         except NotFoundError:
@@ -354,7 +358,7 @@ class ChatConnector(Connector[RoutedT]):
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             return terminal_outcome(view) or said("not_found")
         await self.remember_sender(sender)
-        return AnswerOutcome("link", wording.text("link"), url=minted.url)
+        return AnswerOutcome("link", wording.text("link"), url=minted.url, link_id=minted.link_id)
 
     # -- people and outcomes ---------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from handraise.core.canonical import canonical_json
@@ -25,9 +25,17 @@ class ChatRefs:
         self._records = records
         self._clock = clock
 
-    async def create_actions(self, *, tenant_id: str, request_id: str, channel: str,
-                             values: Iterable[Any]) -> list[str]:
-        """One token per value, in order, for buttons of this channel."""
+    async def create_actions(self, *, tenant_id: str, request_id: str, channel: str, values: Iterable[Any],
+                             kept: Sequence[str] | None = None) -> list[str]:
+        """One token per value, in order, for buttons of this channel.
+
+        ``kept``: the tokens of the message being rendered again (a quorum tally edit), as its delivery
+        kept them; they are the answer when there is one per value. A message keeps its buttons while its
+        request is pending: a re-rendering mints nothing, and a tap on what a person sees still works.
+        """
+        values = list(values)
+        if isinstance(kept, (list, tuple)) and len(kept) == len(values) and all(isinstance(t, str) for t in kept):
+            return list(kept)
         now = self._clock()
         rows = [{"token": secrets.token_urlsafe(12), "tenant_id": tenant_id, "request_id": request_id,
                  "channel": channel, "value_json": canonical_json(v), "created_at": now} for v in values]

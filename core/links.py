@@ -4,7 +4,9 @@ so the service module holds the lifecycle itself."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import logging
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("handraise.core.service")
 
 __all__ = ["LinkDoors", "new_id"]
+
+# Domain separation: this key turns a link's id into its token and serves nothing else (ServerSecret.key's
+# purpose). The store keeps only the token's hash, yet the server can show a pending link again (a chat
+# message edited to a new quorum tally keeps its button) without keeping the token anywhere.
+LINK_TOKEN_KEY = "form link token"
 
 
 def new_id(prefix: str) -> str:
@@ -72,8 +79,8 @@ class LinkDoors:
         if person is not None:
             for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
             recipient = recipient or person
-        token = secrets.token_urlsafe(32)
         link_id = new_id("lnk")
+        token = self._link_token(link_id)
         now = self.clock()
         async with self.store.transaction() as conn:
             await self.store.insert_link(conn, {
@@ -86,8 +93,18 @@ class LinkDoors:
                                             data={"link_id": link_id, "recipient": recipient,
                                                   **({"scope": "forward"} if forward else {}),
                                                   **({"for": for_principal} if for_principal else {})}, at=now)
-        url = f"{self.settings.server.public_url}/f/{token}"
-        return MintedLink(link_id=link_id, token=token, url=url, expires_at=view.expires_at)
+        return MintedLink(link_id=link_id, token=token, url=self.link_url(link_id), expires_at=view.expires_at)
+
+    def link_url(self: RequestService, link_id: str) -> str:
+        """The URL of a link minted before, from its id alone: nothing is minted or journaled. Only for a
+        link shown again where it was shown first (its id kept beside that message)."""
+        return f"{self.settings.server.public_url}/f/{self._link_token(link_id)}"
+
+    def _link_token(self: RequestService, link_id: str) -> str:
+        # HMAC of an unguessable id (128 random bits) under a key of the server secret: as unguessable as
+        # a random token to anyone without the secret, and 43 characters like token_urlsafe(32).
+        digest = hmac.digest(self.store.secret.key(LINK_TOKEN_KEY), link_id.encode(), "sha256")
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     async def find_link(self: RequestService, token: str) -> tuple[LinkView, RequestView]:
         """The link and its request whatever their state (a dead link's page says who answered and when),

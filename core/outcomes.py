@@ -45,7 +45,7 @@ class AnswerOutcome:
     ``code`` is one of: ``accepted``, ``not_authorized``, ``not_found``, ``already_answered``,
     ``expired``, ``cancelled``, ``invalid`` (``message`` then says what is wrong, field by field),
     the chat refusals of ``core.chat`` (``not_a_decision``, ``sensitive_removed`` ...), ``link``
-    (``url`` is a personal form link), and for a rating tap also ``unavailable``. ``message`` is
+    (``url`` is a personal form link, ``link_id`` its id), and for a rating tap also ``unavailable``. ``message`` is
     the wording owner's sentence for it (``core.wording``).
     """
 
@@ -53,6 +53,7 @@ class AnswerOutcome:
     message: str
     view: RequestView | None = None
     url: str | None = None
+    link_id: str | None = None  # the link behind ``url``
     # For ``invalid``: core's per-field problems (``{"field", "message"}``), for a form that marks fields.
     problems: tuple[dict[str, Any], ...] = ()
 

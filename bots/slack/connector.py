@@ -150,27 +150,30 @@ class SlackConnector(ChatConnector[SlackSettings]):
     # -- delivery ----------------------------------------------------------------
 
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
-        text, blocks = await self._content(request)
+        text, blocks, tokens = await self._content(request)
         posted = await self._call("chat.postMessage", self.client.chat_postMessage(
             channel=target, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
         channel, ts = str(posted["channel"]), str(posted["ts"])
         await self.chat_refs.remember_message(channel=self.name, message_key=f"{channel}:{ts}",
                                             tenant_id=request.tenant_id, request_id=request.id)
         self.log.info("slack message posted", extra={"request_id": request.id, "slack_channel": channel})
-        return {"channel": channel, "ts": ts}
+        # Its button tokens, kept with it: a tally edit shows the same buttons (show_votes).
+        return {"channel": channel, "ts": ts, "tokens": tokens}
 
-    async def _content(self, request: RequestView) -> tuple[str, list[dict[str, Any]]]:
-        """A pending request's message: fresh button tokens, the tally of a quorum request."""
+    async def _content(self, request: RequestView, *, kept: Any = None) -> tuple[str, list[dict[str, Any]], list[str]]:
+        """A pending request's message, with the tally of a quorum request, and its button tokens: new ones,
+        or ``kept``, those of the message rendered again (a tap on it still works; a vote mints nothing)."""
         plans = plan_buttons(request)
         tokens = await self.chat_refs.create_actions(tenant_id=request.tenant_id, request_id=request.id,
-                                                        channel=self.name, values=[p.intent for p in plans])
-        return message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id),
-                               tally=self.tally_text(request))
+                                                        channel=self.name, values=[p.intent for p in plans], kept=kept)
+        text, blocks = message_content(request, list(zip(plans, tokens)), tz=self.timezone(request.tenant_id),
+                                       tally=self.tally_text(request))
+        return text, blocks, tokens
 
     async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         channel, ts = ref.get("channel"), ref.get("ts")
         if channel and ts:
-            text, blocks = await self._content(request)
+            text, blocks, _ = await self._content(request, kept=ref.get("tokens"))
             await self._call("chat.update", self.client.chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
 
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:

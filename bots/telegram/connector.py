@@ -228,12 +228,13 @@ class TelegramConnector(TelegramInbound):
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
         bot = await self._bot()
         chat_id = int(target)
-        text, markup, link = await self._compose(request, chat_id)
-        message = await self._send(bot, chat_id, text, markup, link)
+        text, markup, link, kept = await self._compose(request, chat_id)
+        message, as_text = await self._send(bot, chat_id, text, markup, link)
         await self.chat_refs.remember_message(channel=self.name, message_key=f"{chat_id}:{message.message_id}",
                                             tenant_id=request.tenant_id, request_id=request.id)
-        return {"chat_id": chat_id, "message_id": message.message_id}
-
+        # What the message carries, kept with it: a tally edit shows the same buttons (show_votes).
+        return {"chat_id": chat_id, "message_id": message.message_id, **kept,
+                **({"link_as_text": True} if as_text else {})}
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         if "message_id" not in ref:
             return
@@ -263,11 +264,15 @@ class TelegramConnector(TelegramInbound):
         if "message_id" not in ref or ref.get("reminder"):
             return
         bot = await self._bot()
-        text, markup, _ = await self._compose(request, int(ref["chat_id"]))
+        # The message's own tokens and link (its ref): a vote mints nothing, and a tap on it still works.
+        text, markup, link, _ = await self._compose(request, int(ref["chat_id"]), kept=ref)
+        if not isinstance(markup, InlineKeyboardMarkup):
+            markup = None
+        if ref.get("link_as_text") and link is not None and markup is not None:
+            text, markup = _link_as_text(text, markup, link)
         try:
             await bot.edit_message_text(text, chat_id=ref["chat_id"], message_id=ref["message_id"],
-                                        reply_markup=markup if isinstance(markup, InlineKeyboardMarkup) else None,
-                                        link_preview_options=LinkPreviewOptions(is_disabled=True))
+                                        reply_markup=markup, link_preview_options=LinkPreviewOptions(is_disabled=True))
         except BadRequest as e:
             if "not modified" not in str(e).lower():
                 raise self._wrap(e) from e
@@ -291,30 +296,38 @@ class TelegramConnector(TelegramInbound):
                                             tenant_id=request.tenant_id, request_id=request.id)
         return {"chat_id": chat_id, "message_id": message.message_id, "reminder": True}
 
-    async def _compose(self, view: RequestView, chat_id: int) -> tuple[str, Any, str | None]:
-        """The message text, its markup, and the form link it carries (if any)."""
+    async def _compose(self, view: RequestView, chat_id: int, *, kept: dict[str, Any] | None = None
+                       ) -> tuple[str, Any, str | None, dict[str, Any]]:
+        """The message text, its markup, the form link it carries (if any), and what of its buttons its
+        delivery keeps (``tokens``, ``link_id`` or ``form_token``). ``kept``: that of the message rendered
+        again, whose buttons stay as they are."""
+        kept = kept or {}
+        keep: dict[str, Any] = {}
         style = presentation(view)
         rows: list[list[InlineKeyboardButton]] = []
         choices = button_choices(view)
         if choices:
             tokens = await self.chat_refs.create_actions(tenant_id=view.tenant_id, request_id=view.id,
-                                                            channel=self.name, values=[v for _, v in choices])
+                                                            channel=self.name, values=[v for _, v in choices],
+                                                            kept=kept.get("tokens"))
             rows = answer_rows(choices, tokens)
+            keep["tokens"] = tokens
         hint = hint_text(view, style, tz=self.timezone(view.tenant_id))
         tally = self.tally_text(view)
         text, cut = compose_text(view, hint=f"{tally}\n{hint}" if tally else hint, outcome=None)
         wants_form = style in ("sensitive", "form_only", "form", "approval") or cut
         link = None
         if wants_form:
-            link = await self._form_url(view, chat_id)
+            link, form = await self._form_url(view, chat_id, kept=kept)
+            keep |= form
             rows.append(form_button(link, style))
         if style == "free_text" and not cut:
             # Selective: in a group, the reply field opens for the people the message addresses only.
-            return text, ForceReply(selective=True, input_field_placeholder="Your answer"), None
-        return text, InlineKeyboardMarkup(rows) if rows else None, link
+            return text, ForceReply(selective=True, input_field_placeholder="Your answer"), None, keep
+        return text, InlineKeyboardMarkup(rows) if rows else None, link, keep
 
-    async def _form_url(self, view: RequestView, chat_id: int) -> str:
-        """Where "Open form" leads: never a link that anyone in a group could use.
+    async def _form_url(self, view: RequestView, chat_id: int, *, kept: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Where "Open form" leads, and what the delivery keeps of it: never a link that anyone in a group could use.
 
         In a private chat the chat is the person: their own link. In a group, a deep link to this
         bot (``t.me/<bot>?start=<token>``): the person who taps it sends ``/start <token>`` in
@@ -323,34 +336,43 @@ class TelegramConnector(TelegramInbound):
         """
         if chat_id > 0 and self.may_answer(view.tenant_id, str(chat_id)):
             sender = Sender(str(chat_id), self.principal(str(chat_id)), "")
+            link_id = kept.get("link_id")
             outcome = await self.personal_link(tenant_id=view.tenant_id, request_id=view.id, sender=sender,
-                                               recipient=f"telegram chat {chat_id}")
+                                               recipient=f"telegram chat {chat_id}",
+                                               kept=link_id if isinstance(link_id, str) else None)
             if outcome.url:
-                return outcome.url
+                return outcome.url, {"link_id": outcome.link_id}
         token, = await self.chat_refs.create_actions(tenant_id=view.tenant_id, request_id=view.id,
-                                                        channel=self.name, values=[FORM_INTENT])
+                                                        channel=self.name, values=[FORM_INTENT],
+                                                        kept=[kept["form_token"]] if "form_token" in kept else None)
         assert self._app is not None
-        return f"https://t.me/{self._app.bot.username}?start={token}"
+        return f"https://t.me/{self._app.bot.username}?start={token}", {"form_token": token}
 
-    async def _send(self, bot: Any, chat_id: int, text: str, markup: Any, link: str | None) -> Message:
+    async def _send(self, bot: Any, chat_id: int, text: str, markup: Any, link: str | None) -> tuple[Message, bool]:
+        """The message posted, and whether its form link went into the text instead of a button."""
         try:
             try:
                 return await bot.send_message(chat_id, text, reply_markup=markup,
-                                              link_preview_options=LinkPreviewOptions(is_disabled=True))
+                                              link_preview_options=LinkPreviewOptions(is_disabled=True)), False
             except BadRequest as e:
                 # Telegram refuses URL buttons to hosts it deems invalid (a loopback public_url):
                 # keep the buttons that answer directly and put the link in the text instead.
                 if link is None or "url" not in str(e).lower():
                     raise
                 self.log.warning("telegram refused the form button; sending the link as text")
-                kept = [row for row in markup.inline_keyboard if not any(b.url for b in row)]
-                room = MAX_TEXT - utf16_len(link) - 20
-                body = text if utf16_len(text) <= room else cut_utf16(text, room - 1) + "…"
-                return await bot.send_message(chat_id, f"{body}\n\nForm: {link}",
-                                              reply_markup=InlineKeyboardMarkup(kept) if kept else None,
-                                              link_preview_options=LinkPreviewOptions(is_disabled=True))
+                text, markup = _link_as_text(text, markup, link)
+                return await bot.send_message(chat_id, text, reply_markup=markup,
+                                              link_preview_options=LinkPreviewOptions(is_disabled=True)), True
         except TelegramError as e:
             raise self._wrap(e) from e
 
     def _wrap(self, error: TelegramError) -> ConnectorError:
         return wrap(error, self.settings)
+
+
+def _link_as_text(text: str, markup: InlineKeyboardMarkup, link: str) -> tuple[str, InlineKeyboardMarkup | None]:
+    """The message with its form link in the text, for a Telegram that refuses the link's button."""
+    kept = [row for row in markup.inline_keyboard if not any(b.url for b in row)]
+    room = MAX_TEXT - utf16_len(link) - 20
+    body = text if utf16_len(text) <= room else cut_utf16(text, room - 1) + "…"
+    return f"{body}\n\nForm: {link}", InlineKeyboardMarkup(kept) if kept else None
