@@ -9,7 +9,7 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── ConfigError                      bad configuration (never reaches HTTP)
     ├── ConnectorError                   a messenger library failed (wrapped once)
     ├── BadRequestError (400 bad_request)            malformed JSON, bad query
-    ├── UnauthorizedError (401 unauthorized)         no or unknown key
+    ├── UnauthorizedError (401 unauthorized)         no or unknown key, with WWW-Authenticate
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
     │   └── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
@@ -91,6 +91,12 @@ class BadRequestError(HandraiseError):
 class UnauthorizedError(HandraiseError):
     code = "unauthorized"
     status = 401
+
+    def __init__(self, message: str = "", *, challenge: str | None = None) -> None:
+        super().__init__(message)
+        # Sent as WWW-Authenticate: a 401 names how to authenticate (RFC 9110 §15.5.2). None for a
+        # credential HTTP has no scheme for (the inbox's session cookie).
+        self.challenge = challenge
 
 
 class ForbiddenError(HandraiseError):

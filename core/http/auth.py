@@ -32,6 +32,11 @@ class Principal:
             raise ForbiddenError(f"this key lacks the scope: {' or '.join(scopes)}")
 
 
+# What a 401 tells the client (RFC 6750 §3): the scheme alone when no bearer key came, invalid_token when
+# the one that came is not a key.
+NO_KEY_CHALLENGE = "Bearer"
+UNKNOWN_KEY_CHALLENGE = 'Bearer error="invalid_token"'
+
 # Stored keys are re-read at most this often: a revocation takes effect within it.
 STORED_KEYS_TTL = 5.0
 # Authorization headers of config keys remembered at most (see Keyring._known).
@@ -96,13 +101,14 @@ class Keyring:
     async def _authenticate(self, header: str) -> Principal:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise UnauthorizedError("missing bearer key: send 'Authorization: Bearer <key>'")
+            raise UnauthorizedError("missing bearer key: send 'Authorization: Bearer <key>'",
+                                    challenge=NO_KEY_CHALLENGE)
         key = key.strip()
         if len(key) > 512:
-            raise UnauthorizedError("unknown key")
+            raise UnauthorizedError("unknown key", challenge=UNKNOWN_KEY_CHALLENGE)
         principal = await self.lookup(key)
         if principal is None:
-            raise UnauthorizedError("unknown key")
+            raise UnauthorizedError("unknown key", challenge=UNKNOWN_KEY_CHALLENGE)
         if self._config.get(hashlib.sha256(key.encode()).hexdigest()) is principal:
             if len(self._known) >= _KNOWN_HEADERS:
                 self._known.clear()

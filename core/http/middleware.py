@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from handraise.core.errors import HandraiseError, OverloadedError, RetryLaterError, error_body
+from handraise.core.errors import HandraiseError, OverloadedError, RetryLaterError, UnauthorizedError, error_body
 from handraise.core.http.admission import WriteAdmission
 from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.http.output import json_response
@@ -31,7 +31,11 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
 
 
 def error_response(err: HandraiseError) -> web.Response:
-    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, RetryLaterError) else None
+    headers = None
+    if isinstance(err, RetryLaterError):
+        headers = {"Retry-After": str(err.retry_after)}
+    elif isinstance(err, UnauthorizedError) and err.challenge is not None:
+        headers = {"WWW-Authenticate": err.challenge}
     return json_response(err.to_json(), status=err.status, headers=headers)
 
 

@@ -126,6 +126,22 @@ async def test_body_over_the_limit_is_413(sqlite_api: Api) -> None:
     assert status == 413 and data["error"] == "payload_too_large"
 
 
+async def test_a_401_says_how_to_authenticate(sqlite_api: Api, web: Api) -> None:
+    # RFC 9110 §15.5.2: a 401 names its scheme; a key that is not one hears invalid_token (RFC 6750 §3).
+    for headers, challenge in (({}, "Bearer"), ({"Authorization": "Basic eHg6eXk="}, "Bearer"),
+                               ({"Authorization": "Bearer not-a-key-at-all-000000"}, 'Bearer error="invalid_token"')):
+        async with sqlite_api.session.get(sqlite_api.url("/v1/requests"), headers=headers) as resp:
+            assert resp.status == 401 and resp.headers.getall("WWW-Authenticate") == [challenge]
+            assert (await resp.json())["error"] == "unauthorized"
+    # A known key without the scope: another key would not help it, so no challenge.
+    async with sqlite_api.session.get(sqlite_api.url("/metrics"),
+                                      headers={"Authorization": f"Bearer {AGENT_KEY}"}) as resp:
+        assert resp.status == 403 and "WWW-Authenticate" not in resp.headers
+    # The inbox signs in with a session cookie, which no bearer key replaces.
+    async with web.session.get(web.url("/inbox/api/pending")) as resp:
+        assert resp.status == 401 and "WWW-Authenticate" not in resp.headers
+
+
 async def test_keys_and_scopes(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("POST", "/v1/requests", json=body("k"), key=None)
     assert status == 401 and data["error"] == "unauthorized"
