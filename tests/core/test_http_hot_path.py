@@ -359,6 +359,56 @@ async def test_http_and_resolution_series_are_counted_apart_and_once_each(sqlite
     assert 'handraise_requests_resolved_total{status="answered",via="api"} 2.0' in text
 
 
+# -- a request view from its row ---------------------------------------------------------------------------------
+
+_ROW = {"id": "req_1", "tenant_id": "t", "unique_id": "u", "body_sha256": "0" * 64, "message_for_user": "m",
+        "form_schema_json": '{"type":"string","pattern":"^[0-9]{6}$"}', "kind": "input", "sensitive": 0,
+        "run_id": "r", "channels_json": '["slack"]', "status": "answered", "created_by": "ask", "created_at": 100.0,
+        "expires_at": 700.0, "response_json": '"123456"', "response_purged": 0, "resolved_by": "a",
+        "resolved_via": "api", "resolved_at": 150.0}
+_LATER = {"opened_at": 110.0, "interacted_at": 120.0, "on_timeout_json": '{"default":"x"}',
+          "callback_url": "https://u:p@cb.example/x", "proposal_json": '{"a":1}', "proposal_schema_json": '{"type":"object"}',
+          "assign_to_json": '["ann"]', "on_behalf_of": "bob", "approvals_required": 2, "reject_policy": "quorum",
+          "schedule_json": '{"escalation":[{"after_seconds":60,"to":["ann"],"reached_at":160.0}]}',
+          "votes_json": '[{"person":"ann","decision":"approve","at":130.0}]', "votes_version": 1}
+
+
+@pytest.mark.parametrize("row", [_ROW, _ROW | _LATER, _ROW | dict.fromkeys(_LATER)], ids=["fresh", "full", "nulls"])
+def test_a_view_read_from_a_row_is_the_one_its_constructor_makes(row: dict[str, Any]) -> None:
+    import dataclasses
+
+    from handraise.core.api import DeliveryView, RequestView
+    from handraise.core.schedule import Schedule
+
+    sent = {"channel": "slack", "target": "C1", "status": "sent", "attempts": 1, "last_error": None, "updated_at": 101.0}
+    view = RequestView.from_row(row, deliveries=[sent])
+    # The long way: each column as the constructor takes it, later ones None (or their default) when absent.
+    get = row.get
+    expected = RequestView(
+        id="req_1", tenant_id="t", unique_id="u", status="answered", message_for_user="m",
+        schema={"type": "string", "pattern": "^[0-9]{6}$"}, kind="input", sensitive=False, run_id="r",
+        channels=["slack"], created_at=100.0, expires_at=700.0, created_by="ask", response="123456",
+        response_purged=False, resolved_by="a", resolved_channel="api", resolved_at=150.0,
+        deliveries=[DeliveryView("slack", "C1", "sent", 1, None, 101.0)], opened_at=get("opened_at"),
+        interacted_at=get("interacted_at"),
+        on_timeout=json.loads(row["on_timeout_json"]) if get("on_timeout_json") else "expire",
+        callback_url=get("callback_url"), proposal=json.loads(row["proposal_json"]) if get("proposal_json") else None,
+        proposal_schema=json.loads(row["proposal_schema_json"]) if get("proposal_schema_json") else None,
+        assign_to=json.loads(row["assign_to_json"]) if get("assign_to_json") else None,
+        on_behalf_of=get("on_behalf_of"),
+        schedule=Schedule.from_json(get("schedule_json"), created_at=100.0),
+        approvals_required=get("approvals_required"), reject_policy=get("reject_policy"),
+        votes=json.loads(row["votes_json"]) if get("votes_json") else [], votes_version=get("votes_version") or 0)
+    assert view == expected
+    assert vars(view).keys() == {f.name for f in dataclasses.fields(RequestView)}  # every field, none more
+    assert vars(view.deliveries[0]).keys() == {f.name for f in dataclasses.fields(DeliveryView)}
+    assert view.to_json(include_response=True) == expected.to_json(include_response=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.status = "pending"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.deliveries[0].status = "withdrawn"  # type: ignore[misc]
+
+
 # -- the heap that startup built -------------------------------------------------------------------------------
 
 
