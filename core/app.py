@@ -132,6 +132,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
                                  cases=store.reviews, shared=store.is_postgres, connectors=connectors,
                                  http=CallbackHttp(http) if callbacks_on else None)
     app[DISPATCHER].on_delivery = metrics.on_delivery
+    service.held.may_deliver = app[DISPATCHER].delivers
 
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_listener_ctx)

@@ -130,25 +130,25 @@ class Dispatcher(Recovery):
             return
         if ev.type == REQUEST_CREATED:
             # Most requests of a web-only tenant go nowhere: decide that before making a task.
-            if self._delivers(ev.tenant_id, ev.data.get("channels", [])):
+            if self.delivers(ev.tenant_id, ev.data.get("channels", [])):
                 self._spawn(ev.object_id, self._deliver_all(ev.tenant_id, ev.object_id))
         elif ev.type == REQUEST_SCHEDULED:
             self._spawn(ev.object_id, self._scheduled(ev.tenant_id, ev.object_id,
                                                       reached=bool(ev.data.get("reached")),
                                                       remind=bool(ev.data.get("remind"))))
         elif ev.type == REQUEST_VOTED and ev.data.get("status") == "pending":
-            if self._delivers(ev.tenant_id, ev.data.get("channels", [])):
+            if self.delivers(ev.tenant_id, ev.data.get("channels", [])):
                 self._spawn(ev.object_id, self._show_votes_all(ev.tenant_id, ev.object_id))
         elif ev.type == REQUEST_RESOLVED:
             if ev.data.get("callback_host"):
                 self._spawn(ev.object_id, self._call_back(ev.tenant_id, ev.object_id))
             # A request none of whose channels delivers to this tenant was never sent anywhere: nothing
             # to withdraw, and no read (one still being sent withdraws itself when it sees the outcome).
-            if not self._delivers(ev.tenant_id, ev.data.get("channels", [])):
+            if not self.delivers(ev.tenant_id, ev.data.get("channels", [])):
                 return
             self._spawn(ev.object_id, self._withdraw_all(ev.tenant_id, ev.object_id))
 
-    def _delivers(self, tenant_id: str, channels: list[str]) -> bool:
+    def delivers(self, tenant_id: str, channels: list[str]) -> bool:
         """Whether any of these channels reaches this tenant's people, in a room or directly (else no delivery
         row is ever made): ``Connector.serves``, not its rooms alone (``targets_for`` may name DMs only)."""
         return any(self.connectors.get(c) and self.connectors[c].serves(tenant_id) for c in channels)

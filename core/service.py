@@ -42,6 +42,7 @@ from handraise.core.errors import (
     UniqueIdReusedError,
     ValidationFailedError,
 )
+from handraise.core.held import HeldViews
 from handraise.core.jsontext import dumps, dumps_unicode
 from handraise.core.links import LinkDoors, new_id
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
@@ -85,6 +86,8 @@ class RequestService(Sweeping, LinkDoors):
         self.channel_serves: dict[str, Callable[[str], bool]] = {}
         # Told of each wait that a resolution ended (the wake-latency metric); set by the app.
         self.on_wake: Callable[[RequestView], None] | None = None
+        # Views made here, held for the next call of their request (core/held.py).
+        self.held = HeldViews()
         bus.register_loader(REQUEST_CREATED, self._load_event_data)
         bus.register_loader(REQUEST_RESOLVED, self._load_event_data)
         bus.register_loader(REQUEST_PROGRESS, self._load_event_data)
@@ -291,7 +294,8 @@ class RequestService(Sweeping, LinkDoors):
         fut: asyncio.Future[RequestView | None] = loop.create_future()
         waiters.add(fut)
         try:
-            view = await self.get(tenant_id=tenant_id, request_id=request_id)
+            view = self.held.collecting(tenant_id, request_id) or await self.get(tenant_id=tenant_id,
+                                                                                  request_id=request_id)
             deadline = self.clock() + max(0.0, timeout)
             waited = False
             while not view.terminal:
@@ -467,8 +471,12 @@ class RequestService(Sweeping, LinkDoors):
         self.bus.publish(Event(REQUEST_PROGRESS, view.tenant_id, view.id, fresh.event_json(), view.run_id, seq=seq))
 
     def _resolved(self, view: RequestView, *, seq: int) -> RequestView:
-        """A resolution committed: wake this instance's waiters with the view and publish it."""
-        self._wake(view.id, view)
+        """A resolution committed: wake this instance's waiters with the view (or hold it for the next wait
+        when none is parked) and publish it."""
+        if view.id in self._waiters:
+            self._wake(view.id, view)
+        else:
+            self.held.resolved(view)
         self.bus.publish(Event(REQUEST_RESOLVED, view.tenant_id, view.id, view.event_json(), view.run_id, seq=seq))
         return view
 
