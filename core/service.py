@@ -206,6 +206,7 @@ class RequestService(Sweeping, LinkDoors):
         view = RequestView.from_row(row | {"response_json": None, "response_purged": False, "votes_version": 0,
                                            "resolved_by": None, "resolved_via": None, "resolved_at": None})
         log.info("request created", extra={"request_id": view.id, "tenant_id": tenant_id, "kind": view.kind})
+        self.held.created(view)
         # The event's id is its journal entry's seq, so a stream can resume from the journal (core/http/events.py).
         self.bus.publish(Event(REQUEST_CREATED, tenant_id, view.id, view.event_json(), view.run_id, seq=entry.seq))
         return view, True
@@ -366,30 +367,38 @@ class RequestService(Sweeping, LinkDoors):
         self.attempts.check(principal)
         if request_id is None and unique_id is None:
             raise NotFoundError("no such request")
-        found = await self.store.get_request_with_deliveries(tenant_id, request_id=request_id, unique_id=unique_id)
-        if found is None:
-            raise NotFoundError("no such request")
-        row, deliveries = found
-        view = await self._settle(self._view(row, deliveries=deliveries))
-        raise_if_terminal(view)
-        if not self.may_answer(view, principal):
-            await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
-                               principal=principal, channel=channel, data={"reason": "not_assigned"})
-            raise NotAssignedError("this request is assigned to other people: only they may answer it")
-        errors = await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
-                                               response=response)
-        if errors:
-            await self.invalid_attempt(view, principal=principal, channel=channel,
-                                       errors=[{"field": e.field, "message": e.message} for e in errors])
-            raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
-        if is_own_approval(self.settings, tenant_id, view.on_behalf_of, principal, response):
-            await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
-                               principal=principal, channel=channel, data={"reason": "four_eyes"})
-            raise FourEyesError("this request was made on your behalf: someone else must approve it "
-                                "(you may reject it)")
-        if view.approvals_required is not None:
-            return await self.voting.vote(view, response=response, principal=principal, channel=channel, link_id=link_id,
-                                          deliveries=deliveries)
+        # A request created here is answered as it was made, with no read, when the long way would take the
+        # answer; the compare-and-set below still decides whether it is pending and unexpired (core/held.py).
+        held = None
+        if request_id is None and link_id is None and unique_id is not None:
+            held = self.held.answering(tenant_id, unique_id)
+        if held is not None and await self._takes(held, principal, response):
+            view, deliveries = held, []
+        else:
+            found = await self.store.get_request_with_deliveries(tenant_id, request_id=request_id, unique_id=unique_id)
+            if found is None:
+                raise NotFoundError("no such request")
+            row, deliveries = found
+            view = await self._settle(self._view(row, deliveries=deliveries))
+            raise_if_terminal(view)
+            if not self.may_answer(view, principal):
+                await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
+                                   principal=principal, channel=channel, data={"reason": "not_assigned"})
+                raise NotAssignedError("this request is assigned to other people: only they may answer it")
+            errors = await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
+                                                   response=response)
+            if errors:
+                await self.invalid_attempt(view, principal=principal, channel=channel,
+                                           errors=[{"field": e.field, "message": e.message} for e in errors])
+                raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
+            if is_own_approval(self.settings, tenant_id, view.on_behalf_of, principal, response):
+                await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
+                                   principal=principal, channel=channel, data={"reason": "four_eyes"})
+                raise FourEyesError("this request was made on your behalf: someone else must approve it "
+                                    "(you may reject it)")
+            if view.approvals_required is not None:
+                return await self.voting.vote(view, response=response, principal=principal, channel=channel,
+                                              link_id=link_id, deliveries=deliveries)
         # An approval of a proposal carries the proposal as approved and whether it was edited.
         response = proposals.result(proposal=view.proposal, response=response)
         answer, data, canonical = self._answer_columns(view, response)
@@ -422,6 +431,15 @@ class RequestService(Sweeping, LinkDoors):
         # The answer is at hand: a sealed one need not be opened again.
         resolved = RequestView.from_row({**done.row, "response_json": canonical}, deliveries=deliveries)
         return self._resolved(resolved, seq=done.entry.seq)
+
+    async def _takes(self, view: RequestView, principal: str, response: Any) -> bool:
+        """Whether the long way would pass this answer to ``view`` as it stands: unexpired, ``principal`` may
+        answer, not their own approval, valid (a check that fails sends the answer the long way, which refuses
+        and journals it as ever)."""
+        return (view.expires_at > self.clock() and self.may_answer(view, principal)
+                and not is_own_approval(self.settings, view.tenant_id, view.on_behalf_of, principal, response)
+                and not await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
+                                                      response=response))
 
     def _answer_columns(self, view: RequestView, response: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
         """An answer as the request's columns hold it, as its journal entry does, and in canonical JSON."""

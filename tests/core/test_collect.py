@@ -1,6 +1,7 @@
-"""The collecting wait (issue 19): a request this instance resolved with no wait parked is handed to the agent's
-next wait as the resolution made it, without reading the store again, but only while a read could give
-nothing else; every other wait reads the request as it stands."""
+"""Views held for the next call (issue 19, core/held.py): a request created here is answered as it was made,
+and one resolved here with no wait parked is handed to the agent's next wait as the resolution made it,
+neither reading the store again; only while a read could give nothing else that the call uses, and an
+answer that any check would refuse, or that came too late, fares exactly as it did the long way."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
+from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
 from tests.core.test_dispatch import ScriptedConnector, fast
 
 from handraise.core import held as held_module
@@ -102,6 +103,46 @@ async def test_a_delivered_request_is_read_with_its_deliveries_as_they_stand(sql
         collected = await api.wait(created["id"])
         assert reads == [created["id"]]
         assert {d["status"] for d in collected["deliveries"]} == {"withdrawn"}
+
+
+async def test_the_answer_to_a_request_created_here_reads_nothing(storage_url: str) -> None:
+    async with running_app(settings_from(base_config(storage_url))) as api:
+        created = await api.create(code("a-1"))
+        reads = counting_reads(api)
+        status, answered = await api.submit("a-1", "123456")
+        assert status == 200 and reads == []
+        status, again = await api.submit("a-1", "654321")  # taken: the second answer reads, and loses
+        assert status == 409 and reads == ["a-1"]
+        status, got = await api.call("GET", f"/v1/requests/{created['id']}", key=OPERATOR_KEY)
+        assert got["response"] == "123456"
+        assert answered["request"] == {k: v for k, v in got.items() if k != "response"}
+        assert [e["event"] for e in await api.journal(created["id"])] == ["created", "answered"]
+        assert await api.app[SERVICE].store.verify_journal() == []
+
+
+async def test_an_answer_a_check_refuses_goes_the_long_way(sqlite_api: Api) -> None:
+    created = await sqlite_api.create(code("a-2"))
+    reads = counting_reads(sqlite_api)
+    status, data = await sqlite_api.submit("a-2", "12345")
+    assert status == 422 and data["error"] == "invalid_answer" and reads[0] == "a-2"  # read, as the long way reads
+    assert [e["event"] for e in await sqlite_api.journal(created["id"])] == ["created", "invalid_attempt"]
+    assert (await sqlite_api.submit("a-2", "123456"))[0] == 200
+
+
+async def test_a_held_request_cancelled_or_expired_since_refuses_the_answer_as_before(sqlite_api: Api) -> None:
+    service = sqlite_api.app[SERVICE]
+    cancelled = await sqlite_api.create(code("a-3"))
+    assert (await sqlite_api.call("POST", f"/v1/requests/{cancelled['id']}/cancel"))[0] == 200
+    status, data = await sqlite_api.submit("a-3", "123456")
+    assert status == 410 and data["error"] == "cancelled"
+    expired = await sqlite_api.create(code("a-4"))
+    real = service.clock
+    service.clock = lambda: real() + 3600
+    status, data = await sqlite_api.submit("a-4", "123456")
+    assert status == 410 and data["error"] == "expired"
+    service.clock = real
+    for request in (cancelled, expired):
+        assert "answered" not in [e["event"] for e in await sqlite_api.journal(request["id"])]
 
 
 async def test_the_held_views_are_bounded_oldest_dropped_first(sqlite_api: Api,
