@@ -225,6 +225,8 @@ async def run_script(t: Transcript, app: Any) -> None:
     polled = await call("HITL poll", "GET", f"/v1/hitl/reviews/{case['hitl']['case_id']}/status", role="forwarder")
     await call("HITL poll, unchanged", "GET", f"/v1/hitl/reviews/{case['hitl']['case_id']}/status",
                role="forwarder", headers={"If-None-Match": polled.header("ETag")})
+    await call("HITL events, the head", "GET", f"/v1/hitl/reviews/{case['hitl']['case_id']}/events",
+               role="forwarder", frames=1)
     await call("HITL review without a key", "POST", "/v1/hitl/reviews", json_body={"type": "approval",
                                                                                      "prompt": "Deploy?"})
     await call("inbox sign-in link", "POST", "/v1/inbox/links", role="operator", json_body={"name": "Olive"})
