@@ -7,6 +7,8 @@ its reason, every response header in its order but ``Date`` and ``Server`` (``Co
 checked against the body, then shown as a placeholder), and each JSON body with its members in the
 server's order. A placeholder is only put where the value has the exact shape the server writes:
 a time in another format or an id of another length shows up as itself, and fails the comparison.
+Header names are spelled as aiohttp's client interns them (``Etag`` for the wire's ``ETag``): their
+case is no part of HTTP.
 """
 
 from __future__ import annotations
