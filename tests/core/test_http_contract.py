@@ -40,6 +40,7 @@ from conftest import (
 )
 from .http_transcript import Transcript
 from handraise.core.appkeys import ADMISSION, BUS, SERVICE
+from handraise.core.attempts import AttemptLimiter
 from handraise.core.events import REQUEST_CREATED
 from handraise.webforms.connector import WebFormsChannel
 
@@ -71,7 +72,7 @@ class Clock:
 
 @pytest.fixture
 async def script(storage_url: str) -> AsyncIterator[tuple[Transcript, Any]]:
-    config = base_config(storage_url, limits={"max_failed_attempts": 2})
+    config = base_config(storage_url)
     config["tenants"][0]["keys"] += [
         {"id": "forwarder-1", "key": FORWARDER_KEY, "scopes": ["ask", "forward"]},
         {"id": "metrics-1", "key": METRICS_KEY, "scopes": ["metrics"]},
@@ -266,6 +267,8 @@ async def run_script(t: Transcript, app: Any) -> None:
                json_body={**plain, "schema": {"type": "object", "properties": {"address": {"type": "object"}}}})
     await call("a field missing", "POST", "/v1/requests", role="agent", json_body={"unique_id": "c-refused"})
     await call("an unknown field", "POST", "/v1/requests", role="agent", json_body={**plain, "colour": "red"})
+    # The limiter on its own stopped clock: Retry-After is the whole window however slow the machine.
+    app[SERVICE].attempts = AttemptLimiter(max_failures=2, window=300, clock=lambda: 0.0)
     for n in (1, 2, 3):
         await call(f"refused answer {n} of a clumsy operator (limit 2)", "POST", "/api/human-feedback/submit",
                    role="clumsy operator", json_body={"unique_id": "c-listed", "response": {"decision": "maybe"}})
