@@ -59,6 +59,11 @@ class DeliveryLog:
     def __init__(self, *, records: DeliveryRecords, clock: Clock) -> None:
         self._records = records
         self._clock = clock
+        # Told of each delivery that bounced (the dispatcher: it may post the request elsewhere).
+        self._bounce_listeners: list[Callable[[DeliveryRecord], None]] = []
+
+    def on_bounce(self, listener: Callable[[DeliveryRecord], None]) -> None:
+        self._bounce_listeners.append(listener)
 
     async def open(self, *, tenant_id: str, request_id: str, channel: str, target: str) -> Delivery:
         """The delivery of a request to ``target``, made ``pending`` unless it exists already."""
@@ -116,15 +121,23 @@ class DeliveryLog:
         """Terminal requests (id, tenant id, resolved at) whose callback is neither sent nor failed for good."""
         return [(r["id"], r["tenant_id"], r["resolved_at"]) for r in await self._records.callbacks_due()]
 
-    async def bounced(self, *, tenant_id: str, request_id: str, channel: str, target: str, error: str) -> bool:
-        """A sent delivery turned out never to arrive (a mail bounce): shown as ``bounced`` and journaled.
-        False when the request has no such delivery."""
+    async def bounced(self, *, tenant_id: str, request_id: str, channel: str, target: str, error: str,
+                      ref: Mapping[str, Any] | None = None) -> bool:
+        """A sent delivery turned out never to arrive (a mail bounce, a Matrix invite refused): shown as
+        ``bounced`` and journaled. ``ref``: only the delivery whose ref holds these items (the message that
+        bounced), and its ref is cleared: nothing keeps pointing where it went. False when the request has no
+        such delivery."""
         for delivery in await self.of_request(tenant_id=tenant_id, request_id=request_id):
-            if delivery.channel == channel and delivery.target.lower() == target.lower():
-                error = redact(error)[:500]
-                await self.record(delivery, event="delivery_bounced", run_id=None, data={"error": error},
-                                  status="bounced", last_error=error)
-                return True
+            if delivery.channel != channel or delivery.target.lower() != target.lower():
+                continue
+            if ref is not None and any(delivery.ref.get(k) != v for k, v in ref.items()):
+                continue
+            error = redact(error)[:500]
+            await self.record(delivery, event="delivery_bounced", run_id=None, data={"error": error},
+                              status="bounced", last_error=error, **({"ref": {}} if ref is not None else {}))
+            for listener in self._bounce_listeners:
+                listener(delivery)
+            return True
         return False
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from handraise.core import callbacks, hitl
 from handraise.core.api import RequestView
 from handraise.core.backoff import Backoff, while_unavailable
+from handraise.core.bounces import Bounces
 from handraise.core.connectors import Connector
 from handraise.core.deliveries import Delivery, DeliveryLog
 from handraise.core.errors import ConnectorError, NotFoundError
@@ -44,7 +45,7 @@ class ReviewCases(Protocol):
     async def get_case(self, *, tenant_id: str, request_id: str) -> dict[str, Any] | None: ...
 
 
-class Dispatcher(Recovery):
+class Dispatcher(Recovery, Bounces):
     """Runs deliveries, withdrawals and reminders for the connectors of one instance.
 
     It reads requests through the lifecycle ``service``, keeps its rows in the ``deliveries`` log, and runs
@@ -58,6 +59,7 @@ class Dispatcher(Recovery):
                  backoff_cap: float = 60.0, withdraw_attempts: int = 8, recovery_interval: float = 60.0) -> None:
         self.service = service
         self.deliveries = deliveries
+        deliveries.on_bounce(self._on_bounce)
         self.leadership = leadership
         self.cases = cases
         self.shared = shared

@@ -238,6 +238,7 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         ref = {"room_id": room_id, "event_id": event_id}
         if person is not None:
             ref["person"] = person
+            await self._note_direct_card(room_id, request.tenant_id, request.id)
         try:
             # The bot's own 📝 under the card: asking for one's form link is one click.
             ref["form_key"] = await self._send(
@@ -307,6 +308,9 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
                 self._unreadable_reported.add(room_id)
                 self.log.error("matrix: received an encrypted message in room %s that the bot cannot read "
                                "(E2EE is not supported)", room_id)
+            return
+        if event_type == "m.room.member":
+            await self._on_membership(room_id, source)
             return
         if "redacted_because" in (source.get("unsigned") or {}):
             return

@@ -9,8 +9,13 @@ import json
 import urllib.parse
 from typing import Any
 
-from nio import RoomCreateResponse, RoomGetStateEventResponse, RoomKickResponse, RoomLeaveResponse
-from nio.api import RoomPreset
+from nio import (
+    RoomForgetResponse,
+    RoomGetStateEventResponse,
+    RoomKickResponse,
+    RoomLeaveResponse,
+    RoomPutStateResponse,
+)
 
 from handraise.bots.matrix.cards import link_closed_content, link_content, private_notice
 from handraise.bots.matrix.homeserver import HomeserverCalls
@@ -18,7 +23,7 @@ from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import Sender
 from handraise.core.connectors import AnswerOutcome
-from handraise.core.errors import ConnectorError
+from handraise.core.errors import ConnectorError, NotFoundError
 
 # Durable state: person -> the direct room the bot opened with them (personal form links, assigned cards).
 DIRECT_ROOMS = "matrix.direct"
@@ -26,6 +31,12 @@ DIRECT_ROOMS = "matrix.direct"
 DIRECT_ROOM_PEOPLE = "matrix.direct.rooms"
 # Durable state: request id -> the [room, event] of each direct message that carried a form link.
 LINKS_SENT = "matrix.links"
+# Durable state: direct room -> the [tenant, request] of the newest cards posted there (what a person who
+# refuses the room leaves unread), at most CARDS_KEPT of them.
+DIRECT_CARDS = "matrix.direct.cards"
+CARDS_KEPT = 200
+# What the state keeps for a direct room given up (the store has no delete): no person, no room.
+GONE = ""
 
 
 class DirectMessages(HomeserverCalls):
@@ -91,7 +102,7 @@ class DirectMessages(HomeserverCalls):
         key = user_id[:200]
         direct = await self._account_data("m.direct")
         known = await self.state.get(DIRECT_ROOMS, key)
-        candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str)]
+        candidates = [r for r in [known, *(direct.get(user_id) or [])] if isinstance(r, str) and r]
         room_id = None
         for candidate in dict.fromkeys(candidates):
             if await self._still_there(candidate, user_id):
@@ -99,10 +110,7 @@ class DirectMessages(HomeserverCalls):
                 break
         made = room_id is None
         if room_id is None:
-            created = await self._call(self.client.room_create(is_direct=True, invite=[user_id],
-                                                               preset=RoomPreset.trusted_private_chat),
-                                       RoomCreateResponse, f"open a direct room with {user_id}")
-            room_id = created.room_id
+            room_id = await self._new_direct_room(user_id)
             self.log.info("matrix: opened a direct room", extra={"room_id": room_id})
         if room_id != known:
             settled = await self.state.update(
@@ -119,6 +127,110 @@ class DirectMessages(HomeserverCalls):
         if room_id not in (direct.get(user_id) or []):
             await self._list_direct(user_id, room_id)
         return room_id
+
+    async def _new_direct_room(self, user_id: str) -> str:
+        """A new direct room with ``user_id`` invited, or ConnectorError: never a room left with the bot alone.
+
+        The room is made first and the person invited after, so that a refused invite (their server out
+        of reach, the homeserver refusing) names the room to leave and forget: createRoom's own ``invite``
+        fails without naming the room it made, which stays. Nobody is invited whom the homeserver does not
+        know: Synapse takes an invite to a local user who does not exist, and the room would wait for nobody.
+        """
+        status, body = await self._raw("GET", f"/_matrix/client/v3/profile/{urllib.parse.quote(user_id, safe='')}",
+                                       what="profile lookup")
+        if status == 404:
+            raise ConnectorError(f"matrix: {user_id} does not exist (their homeserver knows no such user); "
+                                 "no direct room opened", permanent=True)
+        what = f"open a direct room with {user_id}"
+        status, body = await self._raw("POST", "/_matrix/client/v3/createRoom", {
+            "is_direct": True, "preset": "trusted_private_chat",
+            # What createRoom's invite gives the person from room version 12 on: one of the room's creators.
+            "creation_content": {"additional_creators": [user_id]}}, what="createRoom")
+        if status != 200 or not isinstance(body, dict) or not isinstance(body.get("room_id"), str):
+            raise self._raw_error(what, status, body)
+        room_id: str = body["room_id"]
+        try:
+            await self._share_power(room_id, user_id)
+            await self._call(self.client.room_put_state(room_id, "m.room.member", {"membership": "invite",
+                                                                                    "is_direct": True},
+                                                        state_key=user_id),
+                             RoomPutStateResponse, f"invite {user_id} to a direct room")
+        except ConnectorError as e:
+            await self._leave_and_forget(room_id, why="the invite was refused")
+            self.log.warning("matrix: %s could not be invited to a direct room (%s); the room was left and "
+                             "forgotten", user_id, e.message, extra={"room_id": room_id})
+            raise ConnectorError(f"{e.message} (the direct room made for them was left and forgotten)",
+                                 retry_after=e.retry_after, permanent=e.permanent) from e
+        return room_id
+
+    async def _share_power(self, room_id: str, user_id: str) -> None:
+        """Before room version 12 the creator's power is a level in the room: the person gets the same, as
+        createRoom's trusted_private_chat gives the people it invites."""
+        response = await self.client.room_get_state_event(room_id, "m.room.power_levels")
+        levels = response.content if isinstance(response, RoomGetStateEventResponse) else None
+        users = levels.get("users") if isinstance(levels, dict) else None
+        if not isinstance(users, dict) or self.settings.user_id not in users:
+            return  # room version 12 on: the person is one of its creators already
+        content = {**levels, "users": {**users, user_id: users[self.settings.user_id]}}
+        await self._call(self.client.room_put_state(room_id, "m.room.power_levels", content), RoomPutStateResponse,
+                         f"share the power in {room_id}")
+
+    async def _leave_and_forget(self, room_id: str, *, why: str) -> None:
+        """Leave a room the bot has no use for and forget it (it drops out of the bot's room list)."""
+        try:
+            await self._call(self.client.room_leave(room_id), RoomLeaveResponse, f"leave {room_id}")
+            await self._call(self.client.room_forget(room_id), RoomForgetResponse, f"forget {room_id}")
+        except ConnectorError as e:
+            self.log.warning("matrix: could not leave and forget a room (%s): %s", why, e.message,
+                             extra={"room_id": room_id})
+
+    async def _note_direct_card(self, room_id: str, tenant_id: str, request_id: str) -> None:
+        """Remember a card posted in a direct room: if its person refuses the room, the card bounces."""
+        entry = [tenant_id, request_id]
+        await self.state.update(DIRECT_CARDS, room_id[:200],
+                                lambda kept: json.dumps([*json.loads(kept or "[]"), entry][-CARDS_KEPT:]))
+
+    async def _on_membership(self, room_id: str, source: dict[str, Any]) -> None:
+        """A person refused the invite to their direct room, or left it: nobody reads the bot there any
+        more. It is left and forgotten, and each pending request's card there bounces (the dispatcher
+        then falls back as when the room could not be opened)."""
+        user_id, content = source.get("state_key"), source.get("content") or {}
+        if (not isinstance(user_id, str) or content.get("membership") not in ("leave", "ban")
+                or room_id in self._room_tenant or await self.state.get(DIRECT_ROOM_PEOPLE, room_id[:200]) != user_id):
+            return
+        before = ((source.get("unsigned") or {}).get("prev_content") or {}).get("membership")
+        why = f"{user_id} refused the invite to their direct room" if before == "invite" else \
+            f"{user_id} left their direct room"
+        self._direct_rooms.discard(room_id)
+        await self.state.set(DIRECT_ROOM_PEOPLE, room_id[:200], GONE)
+        await self.state.update(DIRECT_ROOMS, user_id[:200],
+                                lambda current: GONE if current in (None, room_id) else current)
+        await self._unlist_direct(user_id, room_id)
+        await self._leave_and_forget(room_id, why=why)
+        self.log.warning("matrix: %s; the bot left and forgot the room", why, extra={"room_id": room_id})
+        for tenant_id, request_id in json.loads(await self.state.get(DIRECT_CARDS, room_id[:200]) or "[]"):
+            try:
+                view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
+            except NotFoundError:
+                continue
+            if not view.terminal:
+                await self.deliveries.bounced(tenant_id=tenant_id, request_id=request_id, channel=self.name,
+                                              target=user_id, error=f"matrix: {why}; the room was left and forgotten",
+                                              ref={"room_id": room_id})
+        await self.state.set(DIRECT_CARDS, room_id[:200], "[]")
+
+    async def _unlist_direct(self, user_id: str, room_id: str) -> None:
+        """Take a room given up out of the bot's ``m.direct``."""
+        async with self._account_data_lock:
+            direct = await self._account_data("m.direct")
+            listed = [r for r in direct.get(user_id) or [] if isinstance(r, str)]
+            if room_id in listed:
+                rest = [r for r in listed if r != room_id]
+                if rest:
+                    direct[user_id] = rest
+                else:
+                    del direct[user_id]
+                await self._put_account_data("m.direct", direct)
 
     async def _list_direct(self, user_id: str, room_id: str) -> None:
         """Add the room to the bot's ``m.direct`` (clients show a room as a DM from it).
@@ -140,18 +252,14 @@ class DirectMessages(HomeserverCalls):
                              f"take back an invite to {room_id}")
         except ConnectorError as e:
             self.log.info("matrix: a spare direct room keeps its invite (%s)", e.message, extra={"room_id": room_id})
-        try:
-            await self._call(self.client.room_leave(room_id), RoomLeaveResponse, f"leave {room_id}")
-        except ConnectorError as e:
-            self.log.warning("matrix: could not leave a spare direct room (%s)", e.message,
-                             extra={"room_id": room_id})
+        await self._leave_and_forget(room_id, why="a spare direct room")
 
     async def _is_direct_room(self, room_id: str) -> bool:
         """Whether ``room_id`` is a direct room the bot opened with someone (cards may be answered there)."""
         if room_id in self._direct_rooms:
             return True
-        if await self.state.get(DIRECT_ROOM_PEOPLE, room_id[:200]) is None:
-            return False
+        if not await self.state.get(DIRECT_ROOM_PEOPLE, room_id[:200]):
+            return False  # never one, or given up (GONE)
         self._direct_rooms.add(room_id)
         return True
 

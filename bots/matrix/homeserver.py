@@ -67,12 +67,22 @@ class HomeserverCalls(ChatConnector[MatrixSettings]):
             return False
         return True
 
-    async def _raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """A client-server API call that matrix-nio does not offer (account data)."""
+    async def _raw(self, method: str, path: str, body: Any = None, *, what: str = "account data") -> tuple[int, Any]:
+        """A client-server API call that matrix-nio does not offer (account data, a room made its way)."""
         try:
             async with self.http.request(method, f"{self.settings.homeserver}{path}", json=body,
                                          headers={"Authorization": f"Bearer {self.client.access_token}"},
                                          timeout=aiohttp.ClientTimeout(total=30)) as resp:
                 return resp.status, await resp.json(content_type=None)
         except (*NETWORK_ERRORS, ValueError) as e:
-            raise ConnectorError(f"matrix: {method} account data failed: {type(e).__name__}") from e
+            raise ConnectorError(f"matrix: {method} {what} failed: {type(e).__name__}") from e
+
+    @staticmethod
+    def _raw_error(what: str, status: int, body: Any) -> ConnectorError:
+        """A raw call's error answer as ``_call`` words a nio one."""
+        body = body if isinstance(body, dict) else {}
+        code, message = body.get("errcode"), str(body.get("error") or "")[:200]
+        retry_ms = body.get("retry_after_ms")
+        return ConnectorError(f"matrix: could not {what}: {code or status} {message}".strip(),
+                              retry_after=retry_ms / 1000 if isinstance(retry_ms, int) else None,
+                              permanent=code in _PERMANENT)

@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
+from nio import RoomInviteResponse
+from nio.api import RoomPreset
 from conftest import Api, base_config, running_app, settings_from
 
 from handraise.bots.matrix import MatrixConnector
@@ -31,6 +33,8 @@ from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room, is_card
 
 # A server this Synapse may not federate with: opening a direct room with Carol fails for good.
 CAROL = "@carol:unreachable.example"
+# A user this Synapse never registered (its server name is "localhost").
+GHOST = "@ghost-never-registered:localhost"
 
 
 @dataclass
@@ -50,6 +54,7 @@ class World:
             {"id": "bob", "name": "Bob Builder", "matrix": self.bob.user_id, "groups": ["oncall"]},
             {"id": "carol", "name": "Carol", "matrix": CAROL, "groups": ["oncall"]},
             {"id": "dave", "name": "Dave", "email": "dave@example.org", "groups": ["oncall"]},
+            {"id": "ghost", "name": "Ghost", "matrix": GHOST},
         ]
         config = base_config(storage_url or f"sqlite:///{self.tmp_path / 'handraise.db'}")
         config["tenants"][0]["people"] = people
@@ -270,3 +275,89 @@ async def test_an_escalation_step_reaches_its_people_in_their_direct_rooms(world
         done = await api.wait(request["id"], timeout=30)
         assert (done["response"], done["answered_by"]) == ({"decision": "approve"}, f"matrix:{bob.user_id}")
         await bob.expect(dm, is_edit_of(card["event_id"], bot, "Approved by Bob Builder"), what="the DM edit")
+
+
+async def joined_rooms(world: World) -> list[str]:
+    return (await client_api(world, world.bot_token, "/joined_rooms"))["joined_rooms"]
+
+
+async def test_a_person_who_cannot_be_invited_leaves_no_room_behind_and_the_request_falls_back(
+        world: World) -> None:
+    """Carol's server is out of reach and Ghost does not exist: neither gets a room the bot would sit in
+    alone; both deliveries fail saying why, and the request falls back to the tenant's room."""
+    room = world.room_id
+    allowed = ["group:oncall", GHOST]
+    settings = world.settings(assigned_delivery="direct",
+                              tenants={"acme": {"room_ids": [room], "allowed_users": allowed}})
+    async with running_app(settings, connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        request = await ask(api, "Who can take it?", assign_to=["carol", "ghost"])
+        rows = await deliveries(api, request)
+        assert {t: r.status for t, r in rows.items()} == {CAROL: "failed", GHOST: "failed", room: "sent"}
+        assert "M_FORBIDDEN" in (rows[CAROL].last_error or "") and "left and forgotten" in rows[CAROL].last_error
+        assert "does not exist" in (rows[GHOST].last_error or "")
+        assert await joined_rooms(world) == [room]  # no room made for either is left with the bot in it
+        for person in (CAROL, GHOST):
+            assert await api.app[STORE].state.get(DIRECT_ROOMS, person) is None
+        events = [(e["event"], e["data"].get("target")) for e in await api.journal(request["id"])]
+        assert ("delivery_fallback", room) in events and ("delivered", room) in events
+
+
+async def test_a_refused_invite_is_left_and_forgotten_and_its_card_falls_back_to_the_room(world: World) -> None:
+    bob, bot, room = world.bob, world.bot_id, world.room_id
+    async with running_app(world.settings(assigned_delivery="direct"), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        bounced = asyncio.get_running_loop().create_future()
+        api.app[DELIVERIES].on_bounce(lambda d: bounced.done() or bounced.set_result(d))
+        request = await ask(api, "Bob, yours?", assign_to=["bob"])
+        rows = await deliveries(api, request)
+        assert set(rows) == {bob.user_id}
+        dm = rows[bob.user_id].ref["room_id"]
+        assert dm in await joined_rooms(world)
+
+        left = await bob.client.room_leave(dm)  # refusing an invite is leaving the room one was invited to
+        assert left.__class__.__name__ == "RoomLeaveResponse", left
+        assert (await asyncio.wait_for(bounced, timeout=30)).target == bob.user_id
+        rows = await deliveries(api, request)
+        assert rows[bob.user_id].status == "bounced" and rows[bob.user_id].ref == {}  # nothing points at the room
+        assert "refused the invite" in (rows[bob.user_id].last_error or "")
+        assert rows[room].status == "sent"  # fallen back: the tenant's room has the card
+        assert dm not in await joined_rooms(world)
+        # Forgotten, not only left: the room is gone from the bot's view of it.
+        async with aiohttp.ClientSession() as http, http.get(
+                f"{world.synapse.base_url}/_matrix/client/v3/rooms/{quote(dm)}/state",
+                headers={"Authorization": f"Bearer {world.bot_token}"}) as resp:
+            assert resp.status == 403
+        assert bob.user_id not in await api.app[CONNECTORS]["matrix"]._account_data("m.direct")
+        events = [e["event"] for e in await api.journal(request["id"])]
+        assert "delivery_bounced" in events and "delivery_fallback" in events
+
+        # The room's card is answered as any; Bob's next request opens a new direct room.
+        card = await bob.expect(room, is_card(bot, "Bob, yours?"), what="the card in the room")
+        await bob.reply(room, card, "mine")
+        assert (await api.wait(request["id"], timeout=30))["answered_by"] == f"matrix:{bob.user_id}"
+        again = await ask(api, "Bob, this one?", assign_to=["bob"])
+        fresh = (await deliveries(api, again))[bob.user_id]
+        assert fresh.status == "sent" and fresh.ref["room_id"] != dm
+
+
+@pytest.mark.parametrize("room_version", ["10", None])
+async def test_the_person_gets_the_power_createrooms_invite_would_give(world: World, room_version: str | None) -> None:
+    """Invited after the room is made, the person still has the creator's power: a level of their own up to
+    room version 11, one of the room's creators from 12 on (the default here)."""
+    alice = world.alice
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        connector = await started(api)
+        if room_version is None:
+            dm = await connector._open_direct(alice.user_id)
+        else:  # what _new_direct_room does after createRoom, on a room of the old kind
+            dm = await bot_creates_room(world.synapse, world.bot_token, world.bot_id, room_version=room_version,
+                                        invite=[], preset=RoomPreset.trusted_private_chat)
+            await connector._share_power(dm, alice.user_id)
+            await connector._call(connector.client.room_invite(dm, alice.user_id), RoomInviteResponse, "invite")
+        await alice.join(dm)
+        # A state event only the room's most powerful may send.
+        sent = await alice.client.room_put_state(dm, "m.room.encryption", {"algorithm": "m.megolm.v1.aes-sha2"})
+        assert sent.__class__.__name__ == "RoomPutStateResponse", sent
+        create = await client_api(world, world.bot_token, f"/rooms/{quote(dm)}/state/m.room.create")
+        assert (alice.user_id in create.get("additional_creators", [])) == (room_version is None)

@@ -34,9 +34,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.sp
     # The lifecycle: requests, annotations, runs, the inbox's access, the HITL protocol, callbacks, metrics,
     # escalation on the clock, quorum votes.
     ("lifecycle", "service links sweeper annotations runs inbox hitl callbacks metrics escalation quorum"),
-    # Reaching humans: channels, connectors, the dispatcher, the shared chat-answer path, its outcomes
-    # and rating buttons.
-    ("delivery", "channels connectors dispatch recovery chat outcomes ratings"),
+    # Reaching humans: channels, connectors, the dispatcher (its recovery pass, what a bounce sets off),
+    # the shared chat-answer path, its outcomes and rating buttons.
+    ("delivery", "channels connectors dispatch recovery bounces chat outcomes ratings"),
     # How agents and operators reach the service: the HTTP API and MCP.
     ("interfaces", "http mcp"),
     # The app factory that wires it all.
