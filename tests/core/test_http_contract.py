@@ -182,7 +182,12 @@ async def run_script(t: Transcript, app: Any) -> None:
                          json_body={"recipient": "ops-desk"})).body
     await call("mint a link (forward, own request)", "POST", f"/v1/requests/{link_rid}/links", role="forwarder")
     await call("an ask key never sees a link", "POST", f"/v1/requests/{link_rid}/links", role="agent")
-    await call("the hosted form", "GET", "/f/" + minted["url"].rsplit("/f/", 1)[1], show=_page)
+    form = "/f/" + minted["url"].rsplit("/f/", 1)[1]
+    await call("the hosted form", "GET", form, show=_page)
+    await call("answer the linked request", "POST", "/api/human-feedback/submit", role="operator",
+               json_body={"unique_id": "c-linked", "response": "2026-12-24"})
+    await call("the form of an answered request", "GET", form, show=_page)
+    await call("a link never made", "GET", "/f/" + "A" * 43, show=_page)
 
     # -- the blocking call ---------------------------------------------------------------------
     heard: asyncio.Queue[str] = asyncio.Queue()
