@@ -13,6 +13,7 @@ case is no part of HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -79,16 +80,16 @@ class Transcript:
     def __init__(self, *, session: ClientSession, base: str, keys: dict[str, str]) -> None:
         self.session = session
         self.base = base
-        self.roles = {key: role for role, key in keys.items()}
         self.keys = keys
         self.exchanges: list[Exchange | None] = []
 
     async def call(self, title: str, method: str, path: str, *, role: str | None = None, json_body: Any = None,
                    data: bytes | str | None = None, headers: dict[str, str] | None = None,
-                   frames: int | None = None, show: Callable[[bytes], str] | None = None) -> Exchange:
+                   frames: int | None = None, first_frame: asyncio.Event | None = None,
+                   show: Callable[[bytes], str] | None = None) -> Exchange:
         """One call. ``json_body`` is sent as JSON; ``data`` as it is (with ``headers``); ``frames``
         reads only that many blank-line-ended frames of the answer (an event stream), then drops
-        the connection."""
+        the connection, setting ``first_frame`` once the first has come (a stream's "subscribed")."""
         # The exchange keeps the place of its call, not of its answer: a blocking call answered after a
         # later one still reads first, whichever finishes first.
         slot = len(self.exchanges)
@@ -108,6 +109,8 @@ class Transcript:
                 raw = b""
                 while raw.count(b"\n\n") < frames:
                     raw += await resp.content.readline()
+                    if first_frame is not None and b"\n\n" in raw:
+                        first_frame.set()
             exchange = Exchange(title=title, method=method, path=path, role=role, sent_headers=sent_headers,
                                 sent=_shown_sent(data, sent_headers), status=resp.status, reason=resp.reason or "",
                                 headers=list(resp.headers.items()), raw=raw)

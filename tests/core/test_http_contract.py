@@ -222,6 +222,13 @@ async def run_script(t: Transcript, app: Any) -> None:
     # -- events --------------------------------------------------------------------------------
     await call("the run's events from the start", "GET", "/v1/events?run_id=run-contract&after=0", role="reader",
                frames=4)
+    subscribed = asyncio.Event()
+    live = asyncio.create_task(call("a live event", "GET", "/v1/events?run_id=run-live&types=request.created",
+                                    role="reader", frames=2, first_frame=subscribed))
+    await asyncio.wait_for(subscribed.wait(), 10)
+    await call("create while it streams", "POST", "/v1/requests", role="agent",
+               json_body={"unique_id": "c-live", "message_for_user": "Now?", "run_id": "run-live"})
+    await asyncio.wait_for(live, 10)
     await call("events need read", "GET", "/v1/events", role="agent")
     await call("events with an unknown type", "GET", "/v1/events?types=request.lost", role="reader")
 
