@@ -2,9 +2,9 @@
 
     python bench/cost.py [--store sqlite|postgresql|floor|all] [--cycles 300] [--profile N]
 
-The server (the real ``create_app``, or the floor) runs on this process's main event loop; one agent
-loops create → answer → wait (the answer already there) from a client on a thread of its own, so the
-counts below are the server's alone:
+The server (the real ``create_app``, or the floor) runs on this process's main event loop, of the kind
+``handraise serve`` runs (uvloop's where installed); one agent loops create → answer → wait (the answer
+already there) from a client on a thread of its own, so the counts below are the server's alone:
 
 - **store calls**: calls of the ``Store``'s public methods, transactions and readers included;
 - **SQL statements**: statements the drivers executed, with the write transactions' BEGIN and
@@ -268,6 +268,15 @@ async def measure(kind: str, *, cycles: int, warmup: int, profile: int, counted:
         return result
 
 
+def run_as_served(coro: Any) -> Any:
+    """``coro`` on the event loop ``handraise serve`` runs the server on (uvloop's where installed:
+    core/commands/serve.py), so the counts are the served server's."""
+    from handraise.core.commands.serve import event_loop_factory
+
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(coro)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", choices=["sqlite", "postgresql", "floor", "all"], default="all")
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ["floor", "sqlite", "postgresql"] if args.store == "all" else [args.store]
     rows = []
     for kind in kinds:
-        r = asyncio.run(measure(kind, cycles=args.cycles, warmup=args.warmup, profile=args.profile))
+        r = run_as_served(measure(kind, cycles=args.cycles, warmup=args.warmup, profile=args.profile))
         rows.append((kind, r))
         if args.profile:
             print(f"== {kind}\n{r['profile']}")

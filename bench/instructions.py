@@ -7,8 +7,9 @@ inside (no cProfile, no statement trace) run twice under ``valgrind --tool=callg
 --separate-threads=yes``, for the two numbers of cycles; the difference of each thread's instruction
 count over the difference of cycles is that thread's work per cycle, start-up and migrations cancelled
 out. Threads in the order they start: the server's event loop (this process's main thread), on
-SQLite the database thread (core/store/sqlite.py), then the client and any thread started later
-(a resolver's executor). User-space instructions only: the kernel's part (system calls, wake-ups)
+SQLite the database thread (core/store/sqlite.py), then the others: the client (the busiest of them)
+and threads that do little a cycle (uvloop's libuv workers, a resolver's executor). The server runs on
+the event loop ``handraise serve`` runs (bench/cost.py ``run_as_served``). User-space instructions only: the kernel's part (system calls, wake-ups)
 is not in them, and valgrind's CPU has no SHA extensions, so hashing counts more than on the
 machine. About two minutes a store; needs valgrind (Debian package ``valgrind``).
 """
@@ -16,7 +17,6 @@ machine. About two minutes a store; needs valgrind (Debian package ``valgrind``)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import glob
 import re
 import subprocess
@@ -31,7 +31,7 @@ def _inner(store: str, cycles: int) -> None:
     sys.path.insert(0, str(BENCH))
     import cost
 
-    asyncio.run(cost.measure(store, cycles=cycles, warmup=10, profile=0, counted=False))
+    cost.run_as_served(cost.measure(store, cycles=cycles, warmup=10, profile=0, counted=False))
 
 
 def _thread_totals(store: str, cycles: int, folder: str) -> dict[int, int]:
@@ -61,13 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     few, many = (int(n) for n in args.cycles.split(","))
     with tempfile.TemporaryDirectory() as folder:
         a, b = _thread_totals(args.store, few, folder), _thread_totals(args.store, many, folder)
-    roles = ["server loop", "database thread", "client"] if args.store == "sqlite" else ["server loop", "client"]
+    per = {t: (v - a.get(t, 0)) / (many - few) for t, v in b.items()}
+    server_threads = ["server loop", "database thread"] if args.store == "sqlite" else ["server loop"]
+    # The rest: the client, the busiest of them, and threads that work little a cycle (uvloop's libuv workers,
+    # started with the server's site before the client; a resolver's executor).
+    rest = [t for t in per if t > len(server_threads)]
+    client = max(rest, key=lambda t: per[t]) if rest else None
     print(f"{args.store}: instructions per cycle (create -> answer -> wait), runs of {few} and {many} cycles")
-    for thread in sorted(b):
-        role = roles[thread - 1] if thread <= len(roles) else "later thread"
-        print(f"  thread {thread} ({role}): {(b[thread] - a.get(thread, 0)) / (many - few) / 1e6:.3f} M")
-    server = sum(v - a.get(t, 0) for t, v in b.items() if t <= len(roles) and roles[t - 1] != "client")
-    print(f"  server (loop and database thread): {server / (many - few) / 1e6:.3f} M")
+    for thread in sorted(per):
+        role = (server_threads[thread - 1] if thread <= len(server_threads)
+                else "client" if thread == client else "other")
+        print(f"  thread {thread} ({role}): {per[thread] / 1e6:.3f} M")
+    server = sum(per[t] for t in per if t <= len(server_threads))
+    print(f"  server ({' and '.join(server_threads)}): {server / 1e6:.3f} M")
     return 0
 
 

@@ -435,3 +435,31 @@ def test_serve_leaves_the_startup_heap_out_of_later_collections() -> None:
     # cmd_serve freezes once the app has started (after the banner and the first-run hint).
     source = inspect.getsource(serve.cmd_serve)
     assert source.index("freeze_startup_heap()") > source.index("first_run_hint(settings)")
+
+
+def test_serve_runs_on_uvloops_event_loop_where_installed_and_the_store_works_on_it(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+    import sys
+
+    import uvloop
+
+    from handraise.core.commands import serve
+    from tests.core.test_pg_hot_path import cycle, opened
+
+    assert serve.event_loop_factory() is uvloop.new_event_loop
+    source = inspect.getsource(serve.cmd_serve)
+    assert "asyncio.Runner(loop_factory=event_loop_factory())" in source
+
+    async def store_cycles() -> tuple[type, list[int]]:
+        # The database thread hands results back with call_soon_threadsafe: on uvloop's loop as on asyncio's.
+        async with opened(f"sqlite:///{tmp_path / 'uv.db'}") as store:
+            seqs = [(await cycle(store, str(i))).seq for i in range(3)]
+            assert await store.verify_journal() == []
+        return type(asyncio.get_running_loop()), seqs
+
+    with asyncio.Runner(loop_factory=serve.event_loop_factory()) as runner:
+        kind, seqs = runner.run(store_cycles())
+    assert kind is uvloop.Loop and seqs == [1, 3, 5]
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: asyncio's own loop
+    assert serve.event_loop_factory() is None
