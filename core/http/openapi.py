@@ -54,6 +54,13 @@ def _json(schema: dict[str, Any] | type[BaseModel], description: str) -> dict[st
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _naming(response: dict[str, Any], header: str) -> dict[str, Any]:
+    """A create's response with the header that names the resource: Location on the 201, Content-Location on
+    the 200 of a replay (core/http/output.py: naming)."""
+    return {**response, "headers": {header: {"description": "The resource's path, as its GET route reads it",
+                                             "schema": {"type": "string"}}}}
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
              403: "Wrong scope; for an answer, not_assigned (the request is assigned to other people) or "
@@ -116,8 +123,8 @@ PATHS: dict[str, dict[str, Any]] = {
                             errors=(401, 403))},
     "/v1/requests": {
         "post": _op("Create a request (idempotent on unique_id)", scopes=["ask"], body=CreateRequestBody,
-                    ok={"201": _json(RequestRecord, "Created"),
-                        "200": _json(RequestRecord, "Same unique_id, same body")},
+                    ok={"201": _naming(_json(RequestRecord, "Created"), "Location"),
+                        "200": _naming(_json(RequestRecord, "Same unique_id, same body"), "Content-Location")},
                     errors=(400, 401, 403, 409, 413, 422)),
         "get": _op("List this tenant's requests, oldest first, a page at a time (next_cursor: the next page)",
                    scopes=["read", "ask"], query=ListRequestsQuery,
@@ -207,7 +214,8 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/runs": {
         "post": _op("Register a run (idempotent on run_id; conformance-noop completes at once when the "
                     "fixtures are on)", scopes=["ask"], body=RegisterRunBody,
-                    ok={"201": _json(RunRecord, "Registered"), "200": _json(RunRecord, "Same run_id, same body")},
+                    ok={"201": _naming(_json(RunRecord, "Registered"), "Location"),
+                        "200": _naming(_json(RunRecord, "Same run_id, same body"), "Content-Location")},
                     errors=(401, 403, 409, 413, 422)),
         "get": _op("This tenant's runs, newest first", scopes=["read", "ask"], query=ListRunsQuery,
                    ok={"200": _json({"type": "object", "required": ["runs", "next_cursor"], "properties": {

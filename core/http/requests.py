@@ -17,7 +17,7 @@ from handraise.core.canonical import canonical_json
 from handraise.core.cursors import MAX_CURSOR_CHARS
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
-from handraise.core.http.output import json_response
+from handraise.core.http.output import json_response, naming, resource_path
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -86,7 +86,8 @@ async def create_request(request: web.Request) -> web.StreamResponse:
     principal = await app[KEYRING].authorize(request, "ask")
     body = parse_body(CreateRequestBody, await read_json(request), what="request body")
     view, created = await app[SERVICE].create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
-    return await send_view(request, principal, view, status=201 if created else 200)
+    return await send_view(request, principal, view, status=201 if created else 200,
+                           headers=naming(resource_path("v1", "requests", view.id), created=created))
 
 
 @routes.get("/v1/requests")

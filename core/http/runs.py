@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handraise.core.appkeys import KEYRING, RUNS
 from handraise.core.http.input import parse_query, read_json
+from handraise.core.http.output import naming, resource_path
 from handraise.core.api import parse_body
 from handraise.core.runs import DEFAULT_PAGE, MAX_PAGE, CompleteRunBody, RunStatus
 
@@ -31,7 +32,8 @@ async def register_run(request: web.Request) -> web.Response:
     service = request.app[RUNS]
     body = service.parse_register(await read_json(request))
     run, created = await service.register(tenant_id=principal.tenant_id, principal=principal.name, body=body)
-    return web.json_response(run, status=201 if created else 200)
+    return web.json_response(run, status=201 if created else 200,
+                             headers=naming(resource_path("v1", "runs", run["runId"]), created=created))
 
 
 @routes.get("/v1/runs")

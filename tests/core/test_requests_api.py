@@ -71,6 +71,23 @@ async def test_same_unique_id_same_body_returns_the_existing_request(api: Api) -
     assert status == 200 and after["status"] == "answered" and after["response"] == "1234"
 
 
+async def test_a_create_names_the_request_location_then_a_replay_content_location(api: Api) -> None:
+    auth = {"Authorization": f"Bearer {AGENT_KEY}"}
+    async with api.session.post(api.url("/v1/requests"), json=body("named"), headers=auth) as resp:
+        assert resp.status == 201 and "Content-Location" not in resp.headers
+        location, created = resp.headers["Location"], await resp.json()
+    assert location == f"/v1/requests/{created['id']}"
+    async with api.session.get(api.url(location), headers=auth) as resp:
+        assert resp.status == 200 and (await resp.json())["id"] == created["id"]
+    # The replay creates nothing: its body is the existing request, named as such.
+    async with api.session.post(api.url("/v1/requests"), json=body("named"), headers=auth) as resp:
+        assert resp.status == 200 and "Location" not in resp.headers
+        assert resp.headers["Content-Location"] == location
+    async with api.session.post(api.url("/v1/requests"), json=body("named", message_for_user="other"),
+                                headers=auth) as resp:
+        assert resp.status == 409 and "Location" not in resp.headers and "Content-Location" not in resp.headers
+
+
 async def test_same_unique_id_other_body_conflicts_while_pending_then_reuse_refused(api: Api) -> None:
     await api.create(body("dup"))
     status, data = await api.call("POST", "/v1/requests", json=body("dup", message_for_user="other"))

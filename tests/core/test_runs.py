@@ -80,6 +80,21 @@ async def test_a_finished_run_stays_as_it_ended(api: Api) -> None:
     assert status == 201, ann
 
 
+@pytest.mark.parametrize("run_id", ["r-plain", "nightly/2026 12 02", "Zürich?#%"])
+async def test_registration_names_the_run_location_then_a_replay_content_location(api: Api, run_id: str) -> None:
+    auth = {"Authorization": f"Bearer {AGENT_KEY}"}
+    async with api.session.post(api.url("/v1/runs"), json={"run_id": run_id}, headers=auth) as resp:
+        assert resp.status == 201, await resp.text()
+        location = resp.headers["Location"]
+    # Percent-encoded as one path segment: the run's own GET route reads it back as the same run.
+    assert location.startswith("/v1/runs/") and location.isascii() and location.count("/") == 3
+    async with api.session.get(api.url(location), headers=auth) as resp:
+        assert resp.status == 200 and (await resp.json())["runId"] == run_id
+    async with api.session.post(api.url("/v1/runs"), json={"run_id": run_id}, headers=auth) as resp:
+        assert resp.status == 200 and "Location" not in resp.headers
+        assert resp.headers["Content-Location"] == location
+
+
 async def test_registration_is_idempotent_on_run_id_and_refuses_other_content(api: Api) -> None:
     body = {"run_id": "r-idem", "name": "first", "inputs": {"a": 1}}
     created = await register(api, body)
