@@ -120,4 +120,4 @@ async def run_bundle(request: web.Request) -> web.Response:
     # Not gated: a run's requests and journal export whether or not feedback is on.
     principal = await request.app[KEYRING].authorize(request, "read")
     bundle = await _service(request).bundle(tenant_id=principal.tenant_id, run_id=request.match_info["runId"])
-    return web.json_response(bundle, headers={"Cache-Control": "no-store"})
+    return web.json_response(bundle)

@@ -32,7 +32,7 @@ from handraise.core.hitl import (
 )
 from handraise.core.http.events import KEEPALIVE_SECONDS
 from handraise.core.http.input import read_json
-from handraise.core.http.requests import NO_STORE, send_view
+from handraise.core.http.requests import send_view
 
 routes = web.RouteTableDef()
 
@@ -63,8 +63,7 @@ async def create_review(request: web.Request) -> web.StreamResponse:
     cases = ReviewCases(service=request.app[SERVICE])
     view, review_url = await cases.create(tenant_id=principal.tenant_id, principal=principal.name,
                                           forward="forward" in principal.scopes, body=body)
-    return web.json_response(accepted_body(view, body, urls=cases.urls, review_url=review_url), status=202,
-                             headers=NO_STORE)
+    return web.json_response(accepted_body(view, body, urls=cases.urls, review_url=review_url), status=202)
 
 
 @routes.get("/v1/hitl/reviews/{case_id}/status")
@@ -98,8 +97,7 @@ async def review_events(request: web.Request) -> web.StreamResponse:
     cases = ReviewCases(service=service)
     sent = _last_rank(request)
     view, case = await cases.get(tenant_id=tenant_id, case_id=case_id)  # 404 before the stream starts
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
-                                           "X-Accel-Buffering": "no"})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
     with request.app[BUS].subscribe(tenant_id=tenant_id, types={REQUEST_PROGRESS, REQUEST_RESOLVED}) as sub:
         await response.prepare(request)
         await response.write(b": subscribed\n\n")

@@ -31,4 +31,4 @@ async def mint_inbox_link(request: web.Request) -> web.StreamResponse:
     minted = await request.app[INBOX].mint(tenant_id=principal.tenant_id, name=check_name(body.name),
                                            created_by=principal.name, scopes=principal.scopes)
     return web.json_response({"url": minted.url, "expires_at": iso(minted.expires_at), "name": minted.name},
-                             status=201, headers={"Cache-Control": "no-store"})
+                             status=201)

@@ -3,7 +3,8 @@
 It also refuses a malformed request line or key header before any handler sees it
 (``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text; and, on the
 main application, admits each bounded write (``core/http/admission.py``) in the same await, so a
-request passes one middleware rather than a stack of them.
+request passes one middleware rather than a stack of them. ``forbid_storing`` beside it is the one place
+that says which responses no cache may keep.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.http.output import json_response
 from handraise.core.logs import mask_tokens
 
-__all__ = ["api_middleware", "error_middleware", "error_response", "read_json"]
+__all__ = ["api_middleware", "error_middleware", "error_response", "forbid_storing", "read_json"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,27 @@ Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
+
+
+# Every response under these carries a tenant's data (a request and its answer, a run, its annotations, a
+# summary) or may: no cache, shared or private, keeps it.
+_TENANT_PREFIXES = ("/v1/", "/api/")
+# Under /v1 but the same for every caller and without a key: a discovery document, left cacheable like
+# /.well-known/openwop, which carries the same feedback block.
+_PUBLIC = frozenset({"/v1/capabilities"})
+
+
+async def forbid_storing(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: ``Cache-Control: no-store`` on a tenant's data and on every error (an error
+    may echo a request's fields), unless the response says otherwise itself.
+
+    A signal rather than a step of the middleware: a handler that prepares its own response (a sensitive
+    answer written before it is shredded, an event stream) has its headers on the wire before the middleware
+    gets the response back; this runs for every response, however written, just before its headers go.
+    """
+    path = request.path
+    if response.status >= 400 or (path.startswith(_TENANT_PREFIXES) and path not in _PUBLIC):
+        response.headers.setdefault("Cache-Control", "no-store")
 
 
 def error_response(err: HandraiseError) -> web.Response:

@@ -22,8 +22,6 @@ from handraise.core.http.output import json_response, naming, resource_path
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 
-# A request view changes as the request moves on, and may carry a sensitive answer: no cache keeps it.
-NO_STORE = {"Cache-Control": "no-store"}
 
 
 class ListRequestsQuery(BaseModel):
@@ -64,7 +62,7 @@ async def send_view(request: web.Request, principal: Principal, view: RequestVie
     """
     include = _may_see_response(principal, view)
     body = view.to_json(include_response=include) if render is None else render(include)
-    headers = {**NO_STORE, **(headers or {})}
+    headers = dict(headers or {})
     if etag:
         headers["ETag"] = f'"{hashlib.sha256(canonical_json(body).encode()).hexdigest()[:32]}"'
         if request.headers.get("If-None-Match") == headers["ETag"]:
@@ -98,8 +96,7 @@ async def list_requests(request: web.Request) -> web.StreamResponse:
                                                          run_id=query.run_id, cursor=query.cursor,
                                                          limit=query.limit)
     # A list never carries a sensitive response, whoever asks: it is not how an agent collects its answer.
-    return json_response({"requests": [v.event_json() for v in views], "next_cursor": next_cursor},
-                             headers=NO_STORE)
+    return json_response({"requests": [v.event_json() for v in views], "next_cursor": next_cursor})
 
 
 @routes.get("/v1/requests/{id}")
@@ -170,4 +167,4 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
                                                 principal=principal.name, recipient=body.recipient,
                                                 person=body.person, forward="answer" not in principal.scopes)
-    return json_response(link.to_json(), status=201, headers=NO_STORE)
+    return json_response(link.to_json(), status=201)

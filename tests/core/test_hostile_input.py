@@ -292,3 +292,41 @@ async def test_responses_carrying_an_answer_are_never_stored(sqlite_api: Api) ->
         await asyncio.sleep(0.05)
     status, cache, body = await asyncio.wait_for(task, 15)
     assert status == 200 and body["response"] == "777" and cache == "no-store"
+
+
+async def test_every_tenant_response_and_every_error_says_no_store(sqlite_api: Api) -> None:
+    """Runs, annotations, the summary and every error envelope too, not only the request views: a run's
+    record names its requests, an annotation carries a person's note, and an error may echo a field."""
+    api = sqlite_api
+    request = await api.create(create_body(run_id="run-cached"))
+    annotation = {"signal": {"kind": "rating", "rating": 4}, "note": "fine"}
+    calls: list[tuple[str, str, str | None, Any, int]] = [
+        ("POST", "/v1/runs", AGENT_KEY, {"run_id": "run-cached-2"}, 201),
+        ("POST", "/v1/runs", AGENT_KEY, {"run_id": "run-cached-2"}, 200),
+        ("GET", "/v1/runs", READER_KEY, None, 200),
+        ("GET", "/v1/runs/run-cached", READER_KEY, None, 200),
+        ("POST", "/v1/runs/run-cached-2/complete", AGENT_KEY, {"status": "completed"}, 200),
+        ("POST", "/v1/runs/run-cached/annotations", ANNOTATOR_KEY, annotation, 201),
+        ("GET", "/v1/runs/run-cached/annotations", READER_KEY, None, 200),
+        ("GET", "/v1/feedback/summary?run_id=run-cached", READER_KEY, None, 200),
+        ("GET", "/v1/runs/run-cached/bundle", READER_KEY, None, 200),
+        ("POST", "/api/human-feedback/submit", OPERATOR_KEY, {"unique_id": request["unique_id"], "response": "x"},
+         200),
+        # Errors, wherever they come from: the service, the key check, the router, the body reader.
+        ("GET", "/v1/runs/run-nowhere", READER_KEY, None, 404),
+        ("POST", "/v1/requests", None, create_body(), 401),
+        ("POST", "/v1/requests", READER_KEY, create_body(), 403),
+        ("POST", "/v1/requests", AGENT_KEY, {"unique_id": "u"}, 422),
+        ("GET", "/v1/nothing", AGENT_KEY, None, 404),
+        ("PUT", "/v1/requests", AGENT_KEY, None, 405),
+        ("GET", "/metrics", AGENT_KEY, None, 403),
+    ]
+    for method, path, key, body, want in calls:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with api.session.request(method, api.url(path), json=body, headers=headers) as resp:
+            assert resp.status == want, (method, path, resp.status, await resp.text())
+            assert resp.headers.get("Cache-Control") == "no-store", (method, path)
+    # Discovery and the document stay as they were: the same for every caller, no key, no tenant.
+    for path in ("/v1/capabilities", "/.well-known/openwop", "/.well-known/hitl.json", "/openapi.json", "/healthz"):
+        async with api.session.get(api.url(path)) as resp:
+            assert resp.status == 200 and "Cache-Control" not in resp.headers, path
