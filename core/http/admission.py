@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from handraise.core.errors import OverloadedError
+from handraise.core.schema.validation import plural
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Machine traffic, which retries after a Retry-After: the API and messengers' webhooks. A person's
@@ -146,7 +147,7 @@ class WriteAdmission:
     def enter(self) -> tuple[float, bool]:
         """Admit one write, or raise ``OverloadedError``; hand what it returns to ``leave`` once the write is done."""
         if self.limit and self.in_flight >= self.limit:
-            raise self._refuse(BY_COUNT, f"this instance has {self.limit} writes in flight")
+            raise self._refuse(BY_COUNT, f"this instance has {plural(self.limit, 'write')} in flight")
         # With none in flight a write queues behind nothing (expected_wait's own answer, without the arithmetic).
         if self.max_queue_seconds and self.in_flight and (wait := self.expected_wait()) > self.max_queue_seconds:
             raise self._refuse(BY_QUEUE, f"writes queue here for about {wait * 1000:.0f} ms (bound "

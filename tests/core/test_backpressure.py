@@ -174,6 +174,17 @@ def test_nothing_is_shed_for_time_before_anything_is_measured() -> None:
     assert admission.in_flight == 0
 
 
+@pytest.mark.parametrize(("limit", "said"), [(1, "has 1 write in flight;"), (3, "has 3 writes in flight;")])
+def test_the_count_refusal_counts_its_writes_in_good_english(limit: int, said: str) -> None:
+    admission = WriteAdmission(limit=limit, retry_after=2, clock=Clock())
+    writes = [enter(admission) for _ in range(limit)]
+    with pytest.raises(OverloadedError) as refused, admission.admit():
+        pass
+    assert str(refused.value) == f"this instance {said} retry after 2 s"
+    for write in writes:
+        leave(write)
+
+
 def test_shedding_starts_when_the_expected_wait_passes_the_target_and_stops_when_it_drains() -> None:
     admission, clock = warmed()  # 100 writes a second, one at a time; target 95 ms
     assert admission.drain_rate() == pytest.approx(100.0)
