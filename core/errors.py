@@ -13,7 +13,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
     │   └── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
-    ├── NotFoundError (404 not_found)                absent, or another tenant's
+    ├── NotFoundError (404 not_found)                absent, or another tenant's; no such path
+    ├── MethodNotAllowedError (405 method_not_allowed)  with Allow
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
     │   ├── UniqueIdReusedError (409 unique_id_reused)
     │   ├── AlreadyAnsweredError (409 already_answered)
@@ -115,6 +116,16 @@ class FourEyesError(ForbiddenError):
 class NotFoundError(HandraiseError):
     code = "not_found"
     status = 404
+
+
+class MethodNotAllowedError(HandraiseError):
+    code = "method_not_allowed"
+    status = 405
+
+    def __init__(self, message: str = "", *, allowed: list[str]) -> None:
+        super().__init__(message)
+        # Sent as Allow: a 405 names the methods the path takes (RFC 9110 §15.5.6).
+        self.allowed = allowed
 
 
 class ConflictError(HandraiseError):

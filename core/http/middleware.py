@@ -14,7 +14,15 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from handraise.core.errors import HandraiseError, OverloadedError, RetryLaterError, UnauthorizedError, error_body
+from handraise.core.errors import (
+    HandraiseError,
+    MethodNotAllowedError,
+    NotFoundError,
+    OverloadedError,
+    RetryLaterError,
+    UnauthorizedError,
+    error_body,
+)
 from handraise.core.http.admission import WriteAdmission
 from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.http.output import json_response
@@ -27,8 +35,10 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
+# The API's codes for aiohttp's other HTTP errors, which no path of ours raises today (the router's 404 and
+# 405 become the error tree's own, below).
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 413: "payload_too_large",
+               415: "unsupported_media_type"}
 
 
 # Every response under these carries a tenant's data (a request and its answer, a run, its annotations, a
@@ -58,6 +68,8 @@ def error_response(err: HandraiseError) -> web.Response:
         headers = {"Retry-After": str(err.retry_after)}
     elif isinstance(err, UnauthorizedError) and err.challenge is not None:
         headers = {"WWW-Authenticate": err.challenge}
+    elif isinstance(err, MethodNotAllowedError):
+        headers = {"Allow": ",".join(err.allowed)}
     return json_response(err.to_json(), status=err.status, headers=headers)
 
 
@@ -83,10 +95,14 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
         except web.HTTPException as e:
             if e.status < 400 or e.content_type == "text/html":
                 raise
+            if isinstance(e, web.HTTPMethodNotAllowed):
+                allowed = sorted(e.allowed_methods)
+                return error_response(MethodNotAllowedError(
+                    f"this path takes {', '.join(allowed)}, not {request.method}", allowed=allowed))
+            if isinstance(e, web.HTTPNotFound):  # the router's, or an asset or page that is not there
+                return error_response(NotFoundError("no such path"))
             code = _HTTP_CODES.get(e.status, "http_error")
-            body = error_body(code, e.reason)
-            return json_response(body, status=e.status, headers={k: v for k, v in e.headers.items()
-                                                                 if k.lower() == "allow"})
+            return json_response(error_body(code, code.replace("_", " ")), status=e.status)
         except (ConnectionResetError, web.HTTPClientError):
             raise
         except Exception:

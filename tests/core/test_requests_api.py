@@ -383,6 +383,11 @@ async def test_restart_loses_nothing(tmp_path: Any) -> None:
 
 async def test_unknown_routes_and_methods_answer_json(sqlite_api: Api) -> None:
     status, data = await sqlite_api.call("GET", "/v1/nothing-here")
-    assert status == 404 and data["error"] == "not_found"
+    assert status == 404 and data == {"error": "not_found", "message": "no such path"}
     status, data = await sqlite_api.call("DELETE", "/v1/requests")
-    assert status == 405 and data["error"] == "method_not_allowed"
+    assert status == 405 and data == {"error": "method_not_allowed",
+                                      "message": "this path takes GET, HEAD, POST, not DELETE"}
+    # The envelope in the API's words, and still the Allow header RFC 9110 asks of a 405.
+    async with sqlite_api.session.put(sqlite_api.url("/v1/requests/req_x/cancel")) as resp:
+        assert resp.status == 405 and resp.headers["Allow"] == "POST"
+        assert (await resp.json())["message"] == "this path takes POST, not PUT"
