@@ -112,7 +112,10 @@ _REQUEST = {"$ref": _REF.format(model="RequestRecord")}
 
 PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("Liveness and store check", scopes=None,
-                            ok={"200": {"description": "Serving"}, "503": {"description": "Store unavailable"}})},
+                            ok={"200": _json({"type": "object", "required": ["status"],
+                                                    "properties": {"status": {"const": "ok"}}}, "Serving"),
+                                "503": _json(_ERROR, "unavailable: the store does not answer (Retry-After says when "
+                                                     "to look again)")})},
     "/openapi.json": {"get": _op("This document", scopes=None, ok={"200": {"description": "OpenAPI 3.1"}})},
     "/": {"get": _op("A small HTML page: name, version, where to go", scopes=None,
                      ok={"200": {"description": "HTML"}})},

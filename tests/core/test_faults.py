@@ -236,6 +236,21 @@ async def test_postgresql_dropping_and_refusing_connections_is_503_then_every_in
         assert await a.app[STORE].verify_journal() == []
 
 
+async def test_healthz_is_the_apis_503_with_retry_after_while_the_store_is_away(pg_url: str) -> None:
+    """A probe during an outage reads the envelope every other call reads then, with Retry-After, and
+    nothing else beside it; once the store is back it is 200 ``{"status": "ok"}`` again."""
+    async with through_proxy(pg_url) as (proxy, url), running_app(settings_from(base_config(url))) as a:
+        assert await a.call("GET", "/healthz", key=None) == (200, {"status": "ok"})
+        await proxy.cut()
+        async with a.session.get(a.url("/healthz")) as resp:
+            assert resp.status == 503
+            assert await resp.json() == {"error": "unavailable", "message": "the store does not answer"}
+            assert int(resp.headers["Retry-After"]) >= 1 and resp.headers["Cache-Control"] == "no-store"
+        await proxy.restore()
+        ok = await _until_status(lambda: a.call("GET", "/healthz", key=None), 200, within=15, what="healthz")
+        assert ok == {"status": "ok"}
+
+
 async def _until_status(call: Any, ok: int, *, within: float, what: str) -> Any:
     """Repeat ``call()`` (a (status, body) coroutine) while it answers 503 ``unavailable``, as clients do."""
     deadline = time.monotonic() + within
