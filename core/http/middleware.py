@@ -42,8 +42,8 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 413: "
 
 
 # Every response under these carries a tenant's data (a request and its answer, a run, its annotations, a
-# summary) or may: no cache, shared or private, keeps it.
-_TENANT_PREFIXES = ("/v1/", "/api/")
+# summary; over MCP, a tool's result with the human's answer) or may: no cache, shared or private, keeps it.
+_TENANT_PREFIXES = ("/v1/", "/api/", "/mcp")
 # Under /v1 but the same for every caller and without a key: a discovery document, left cacheable like
 # /.well-known/openwop, which carries the same feedback block.
 _PUBLIC = frozenset({"/v1/capabilities"})
@@ -51,7 +51,7 @@ _PUBLIC = frozenset({"/v1/capabilities"})
 
 async def forbid_storing(request: web.Request, response: web.StreamResponse) -> None:
     """``on_response_prepare``: ``Cache-Control: no-store`` on a tenant's data and on every error (an error
-    may echo a request's fields), unless the response says otherwise itself.
+    may echo a request's fields), beside whatever Cache-Control the response gives itself.
 
     A signal rather than a step of the middleware: a handler that prepares its own response (a sensitive
     answer written before it is shredded, an event stream) has its headers on the wire before the middleware
@@ -59,7 +59,13 @@ async def forbid_storing(request: web.Request, response: web.StreamResponse) -> 
     """
     path = request.path
     if response.status >= 400 or (path.startswith(_TENANT_PREFIXES) and path not in _PUBLIC):
-        response.headers.setdefault("Cache-Control", "no-store")
+        # A directive of the handler's own stays (the MCP SDK's streams say no-transform), but "no-cache"
+        # only asks a cache to revalidate what it keeps: no-store is added beside it.
+        given = response.headers.get("Cache-Control")
+        if given is None:
+            response.headers["Cache-Control"] = "no-store"
+        elif "no-store" not in given:
+            response.headers["Cache-Control"] = f"no-store, {given}"
 
 
 def error_response(err: HandraiseError) -> web.Response:

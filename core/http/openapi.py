@@ -327,7 +327,7 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Handraise", "version": "1", "description":
                  "Ask a human over HTTP and wait, for a bounded time, for a validated answer. Every response "
-                 "under /v1 and /api, and every error, is sent with Cache-Control: no-store."},
+                 "under /v1, /api and /mcp, and every error, is sent with Cache-Control: no-store."},
         "paths": PATHS,
         "components": COMPONENTS,
     }

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx2
 import mcp_types as types
 import pytest
@@ -286,6 +287,24 @@ class FormFillingUser:
         status, _ = await self.call("POST", params.url, data={CSRF_FIELD: csrf, ROOT_NAME: self.answer})
         assert status == 200
         return types.ElicitResult(action="accept")
+
+
+async def test_http_responses_are_never_stored(tmp_path: Path) -> None:
+    """A tool's result carries the human's answer: the SDK's stream says only no-cache (revalidate), so
+    no-store is added beside its own directives, as on every /v1 response."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    accept = "application/json, text/event-stream"
+    async with mcp_app(tmp_path) as api, aiohttp.ClientSession() as http:
+        async with http.post(api.url("/mcp"), json=init,
+                             headers={"Authorization": f"Bearer {AGENT_KEY}", "Accept": accept}) as resp:
+            assert resp.status == 200 and resp.content_type == "text/event-stream"
+            directives = [d.strip() for d in resp.headers["Cache-Control"].split(",")]
+            assert directives[0] == "no-store" and "no-transform" in directives
+            assert '"serverInfo"' in await resp.text()
+        async with http.post(api.url("/mcp"), json=init,
+                             headers={"Authorization": "Bearer not-a-key", "Accept": accept}) as resp:
+            assert resp.status == 401 and resp.headers["Cache-Control"] == "no-store"
 
 
 async def test_http_sensitive_question_goes_to_the_user_by_url_elicitation_with_a_forward_key(
