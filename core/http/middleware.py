@@ -109,7 +109,7 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
                 return error_response(NotFoundError("no such path"))
             code = _HTTP_CODES.get(e.status, "http_error")
             return json_response(error_body(code, code.replace("_", " ")), status=e.status)
-        except (ConnectionResetError, web.HTTPClientError):
+        except ConnectionResetError:  # the client went away: nothing to answer, nothing failed here
             raise
         except Exception:
             log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
