@@ -235,6 +235,7 @@ class TelegramConnector(TelegramInbound):
         # What the message carries, kept with it: a tally edit shows the same buttons (show_votes).
         return {"chat_id": chat_id, "message_id": message.message_id, **kept,
                 **({"link_as_text": True} if as_text else {})}
+
     async def withdraw(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         if "message_id" not in ref:
             return
