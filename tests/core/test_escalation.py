@@ -279,10 +279,10 @@ async def test_a_retry_with_the_same_schedule_is_the_same_request_and_another_is
 async def test_two_instances_sweeping_reach_a_step_once_and_both_hear_of_it(pg_url: str) -> None:
     from handraise.core.events import REQUEST_SCHEDULED
 
-    # The instances' own sweepers are held back (their first tick runs at start, the next a minute later):
-    # a tick of theirs landing after the clocks move would reach the step itself, and the four calls
-    # below would all rightly find nothing left to do.
-    config = base_config(pg_url, limits={"sweep_interval_seconds": 60})
+    # The four advances are handed a time past the step; the services' clocks, which the instances' own
+    # sweepers read, stay at now, so no tick of theirs can reach the step first and leave the four rightly
+    # finding nothing to do (moving the clocks raced a first tick still under way on a slow machine).
+    config = base_config(pg_url)
     config["tenants"][0]["people"] = PEOPLE
     settings = settings_from(config)
     async with running_app(settings, instance_id="a") as a, running_app(settings, instance_id="b") as b:
@@ -291,8 +291,9 @@ async def test_two_instances_sweeping_reach_a_step_once_and_both_hear_of_it(pg_u
         for name, api in (("a", a), ("b", b)):
             api.app[SERVICE].bus.add_listener(
                 lambda ev, q=heard[name]: q.put_nowait(ev) if ev.type == REQUEST_SCHEDULED else None)
-            clocked(api).offset = 61
-        moved = await asyncio.gather(*(api.app[SERVICE].escalations.run_due() for api in (a, b, a, b)))
+        past_the_step = time.time() + 61
+        moved = await asyncio.gather(*(api.app[SERVICE].escalations.advance(
+            tenant_id="acme", request_id=created["id"], now=past_the_step) for api in (a, b, a, b)))
         assert sum(moved) == 1
         assert len(await journal(a, created["id"], "escalated")) == 1
         # The instance that reached it, and the other through NOTIFY (its dispatcher does not act on it).
