@@ -83,7 +83,7 @@ class LinkDoors:
         token = self._link_token(link_id)
         now = self.clock()
         async with self.store.transaction() as conn:
-            await self.store.insert_link(conn, {
+            await self.store.links.insert(conn, {
                 "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
                 "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
                 "created_by": principal, "created_at": now, "used_at": None, "principal": for_principal,
@@ -111,7 +111,7 @@ class LinkDoors:
         or NotFoundError when no link has this token."""
         if not token or len(token) > 128:
             raise NotFoundError("no such link")
-        row = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+        row = await self.store.links.by_hash(hashlib.sha256(token.encode()).hexdigest())
         if row is None:
             raise NotFoundError("no such link")
         link = LinkView(row["id"], row["tenant_id"], row["request_id"], row["recipient"], row["created_at"],
@@ -125,7 +125,7 @@ class LinkDoors:
         if view.status == "answered" and link.used_at is None:
             # The answer may have come through this very link between our two reads: its use
             # commits with the answer, so a second look tells "used" from "answered elsewhere".
-            again = await self.store.get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+            again = await self.store.links.by_hash(hashlib.sha256(token.encode()).hexdigest())
             if again is not None and again["used_at"] is not None:
                 raise LinkUsedError("this link was used already")
         if link.used_at is not None:

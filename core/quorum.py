@@ -275,7 +275,7 @@ class Voting:
                              "data": {**data, **person_data, **({"link_id": link_id} if link_id else {})}},
                             service._resolved_notice(view.tenant_id, view.id, view.run_id)))
         async with service.store.transaction() as conn:
-            if link_id is not None and not await service.store.use_link(conn, link_id=link_id, now=now):
+            if link_id is not None and not await service.store.links.use(conn, link_id=link_id, now=now):
                 raise _LinkUsed
             cast = await service.store.votes.cast(conn, request_id=view.id, tenant_id=view.tenant_id,
                                                   version=view.votes_version, now=now, values=values,

@@ -405,7 +405,7 @@ class RequestService(Sweeping, LinkDoors):
         now = self.clock()
         try:
             async with self.store.transaction() as conn:
-                if link_id is not None and not await self.store.use_link(conn, link_id=link_id, now=now):
+                if link_id is not None and not await self.store.links.use(conn, link_id=link_id, now=now):
                     raise _LostRace
                 if link_id is not None:
                     data["link_id"] = link_id

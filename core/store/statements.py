@@ -1,4 +1,4 @@
-"""The store's statements about requests, links, API keys and annotations: built once, with bind parameters,
+"""The store's statements about requests, API keys and annotations: built once, with bind parameters,
 so a call neither constructs a statement nor recomputes its cache key; and the shapes a request is read in."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from handraise.core.models import (
     ApiKeyRow,
     DeliveryRow,
     JournalRow,
-    LinkRow,
     RequestRow,
 )
 from handraise.core.store.journal import JournalEntry
@@ -26,7 +25,6 @@ from handraise.core.store.listing import tenant_requests
 requests_t = RequestRow.__table__
 journal_t = JournalRow.__table__
 deliveries_t = DeliveryRow.__table__
-links_t = LinkRow.__table__
 api_keys_t = ApiKeyRow.__table__
 annotations_t = AnnotationRow.__table__
 
@@ -77,10 +75,6 @@ HELD_SENSITIVE = union(
     select(requests_t.c.id, requests_t.c.tenant_id).where(
         _HELD, requests_t.c.response_delivered_at < _b("delivered_before")),
 ).limit(_b("limit"))
-
-INSERT_LINK = insert(links_t)
-GET_LINK_BY_HASH = select(links_t).where(links_t.c.token_sha256 == _b("token_sha256"))
-USE_LINK = update(links_t).where(links_t.c.id == _b("w_id"), links_t.c.used_at.is_(None)).values(used_at=_b("w_now"))
 
 INSERT_API_KEY = insert(api_keys_t)
 REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))

@@ -35,6 +35,7 @@ from handraise.core.store.deliveries import DeliveryRecords
 from handraise.core.store.inbox import InboxRecords
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
 from handraise.core.store.leadership import LeaderLocks, lock_key
+from handraise.core.store.links import LinkRecords
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
 from handraise.core.store.runs import RunRecords
@@ -48,13 +49,11 @@ from handraise.core.store.statements import (
     api_keys_t,
     CANCEL_RETURNING,
     GET_ANNOTATION,
-    GET_LINK_BY_HASH,
     GET_REQUEST,
     GET_REQUEST_BY_UNIQUE_ID,
     HELD_SENSITIVE,
     INSERT_ANNOTATION,
     INSERT_API_KEY,
-    INSERT_LINK,
     INSERTS,
     list_requests_statement,
     MARK_DELIVERED,
@@ -66,7 +65,6 @@ from handraise.core.store.statements import (
     RESOLVE,
     REVOKE_API_KEY,
     SELECT_1,
-    USE_LINK,
 )
 from handraise.core.store.votes import VoteRecords
 from handraise.core.store.units import (
@@ -175,6 +173,8 @@ class Store:
         self.leadership = LeaderLocks(dsn=self.asyncpg_dsn() if self.is_postgres else None)
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
+        # One-time form links (core/store/links.py).
+        self.links = LinkRecords(read=self._read)
         # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).
         self.reviews = ReviewRecords(read=self._read, dialect=self.dialect)
         # Runs, registered or made by first use (core/store/runs.py).
@@ -505,17 +505,6 @@ class Store:
 
     async def verify_journal(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
         return await self.journal.verify(anchor=anchor)
-
-    # -- links -----------------------------------------------------------------
-
-    async def insert_link(self, conn: StoreConnection, row: Mapping[str, Any]) -> None:
-        await conn.run(rowcount, INSERT_LINK, dict(row))
-
-    async def get_link_by_hash(self, token_sha256: str) -> dict[str, Any] | None:
-        return await self._read(first, GET_LINK_BY_HASH, {"token_sha256": token_sha256})
-
-    async def use_link(self, conn: StoreConnection, *, link_id: str, now: float) -> bool:
-        return await conn.run(rowcount, USE_LINK, {"w_id": link_id, "w_now": now}) == 1
 
     # -- api keys --------------------------------------------------------------
 

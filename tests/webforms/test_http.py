@@ -172,7 +172,7 @@ async def test_the_token_is_stored_only_as_a_hash_and_the_recipient_is_journaled
     request = await ask(web)
     path = await mint(web, request["id"], recipient="Alice")
     token = path.rsplit("/", 1)[1]
-    row = await web.app[STORE].get_link_by_hash(hashlib.sha256(token.encode()).hexdigest())
+    row = await web.app[STORE].links.by_hash(hashlib.sha256(token.encode()).hexdigest())
     assert row is not None and row["request_id"] == request["id"]
     assert token not in json.dumps(row, default=str)
     entries = await web.journal(request["id"])
