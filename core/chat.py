@@ -333,6 +333,7 @@ class ChatConnector(Connector[RoutedT]):
 
         The link carries the person: the hosted form records the answer as theirs, through this
         channel. Only people on the allowlist get one, so sharing the chat's message shares nothing.
+        Asked again (a second tap), it is the live link this person was given here before, if unused.
         ``kept``: the id of the link a message already carries, rendered again while its request is
         pending (a quorum tally edit): the same link, neither minted nor journaled again.
         """
@@ -351,7 +352,7 @@ class ChatConnector(Connector[RoutedT]):
         try:
             minted = await self.service.mint_link(tenant_id=tenant_id, request_id=request_id,
                                                   principal=f"{self.name}:bot", recipient=recipient,
-                                                  for_principal=sender.principal)
+                                                  for_principal=sender.principal, reuse=True)
         except NotFoundError:
             return said("not_found")
         except GoneError:

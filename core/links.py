@@ -66,12 +66,18 @@ class LinkDoors:
 
     async def mint_link(self: RequestService, *, tenant_id: str, request_id: str, principal: str,
                         recipient: str | None = None, forward: bool = False,
-                        for_principal: str | None = None, person: str | None = None) -> MintedLink:
+                        for_principal: str | None = None, person: str | None = None,
+                        reuse: bool = False) -> MintedLink:
         """A one-time form link. ``forward``: an agent's key minting for the human it serves,
         allowed only on a request that same key created (``created_by == principal``).
         ``for_principal``: a personal link; answers through it are that person's (a chat
         connector mints one only for someone on its allowlist). ``person``: the same for one of the
-        tenant's people, named by id (a 422 unless they may answer it)."""
+        tenant's people, named by id (a 422 unless they may answer it).
+
+        ``reuse``: the link ``principal`` minted before for the same person and recipient, while it is
+        unused and its request pending, rather than a second one (neither inserted nor journaled): a
+        person who taps twice, or a delivery tried again, holds one live link. An agent's explicit
+        mint (``POST /v1/requests/{id}/links``) is a fresh link each call."""
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if forward and view.created_by != principal:
             raise ForbiddenError("a forward key mints links only for requests it created itself")
@@ -79,21 +85,26 @@ class LinkDoors:
         if person is not None:
             for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
             recipient = recipient or person
-        link_id = new_id("lnk")
-        token = self._link_token(link_id)
         now = self.clock()
         async with self.store.transaction() as conn:
-            await self.store.links.insert(conn, {
-                "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
-                "token_sha256": hashlib.sha256(token.encode()).hexdigest(), "recipient": recipient,
-                "created_by": principal, "created_at": now, "used_at": None, "principal": for_principal,
-            })
-            await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted", request_id=request_id,
-                                            run_id=view.run_id, principal=principal,
-                                            data={"link_id": link_id, "recipient": recipient,
-                                                  **({"scope": "forward"} if forward else {}),
-                                                  **({"for": for_principal} if for_principal else {})}, at=now)
-        return MintedLink(link_id=link_id, token=token, url=self.link_url(link_id), expires_at=view.expires_at)
+            link_id = await self.store.links.live(conn, tenant_id=tenant_id, request_id=request_id,
+                                                  principal=for_principal, recipient=recipient,
+                                                  created_by=principal) if reuse else None
+            if link_id is None:
+                link_id = new_id("lnk")
+                await self.store.links.insert(conn, {
+                    "id": link_id, "tenant_id": tenant_id, "request_id": request_id,
+                    "token_sha256": hashlib.sha256(self._link_token(link_id).encode()).hexdigest(),
+                    "recipient": recipient, "created_by": principal, "created_at": now, "used_at": None,
+                    "principal": for_principal,
+                })
+                await self.store.append_journal(conn, tenant_id=tenant_id, event="link_minted",
+                                                request_id=request_id, run_id=view.run_id, principal=principal,
+                                                data={"link_id": link_id, "recipient": recipient,
+                                                      **({"scope": "forward"} if forward else {}),
+                                                      **({"for": for_principal} if for_principal else {})}, at=now)
+        return MintedLink(link_id=link_id, token=self._link_token(link_id), url=self.link_url(link_id),
+                          expires_at=view.expires_at)
 
     def link_url(self: RequestService, link_id: str) -> str:
         """The URL of a link minted before, from its id alone: nothing is minted or journaled. Only for a

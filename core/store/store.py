@@ -174,7 +174,7 @@ class Store:
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
         # One-time form links (core/store/links.py).
-        self.links = LinkRecords(read=self._read)
+        self.links = LinkRecords(read=self._read, dialect=self.dialect)
         # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).
         self.reviews = ReviewRecords(read=self._read, dialect=self.dialect)
         # Runs, registered or made by first use (core/store/runs.py).
