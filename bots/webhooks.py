@@ -110,8 +110,10 @@ class WebhookConnector(Connector[WebhookSettings]):
         if CREATED not in endpoint.events:
             # Only request.resolved is wanted; the delivery row still marks the endpoint as served.
             return {"endpoint": endpoint.id, "created_posted": False}
+        # A retried delivery posts the link its first try minted, while unused: the receiver holds one.
         link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
-                                            principal=f"webhooks:{endpoint.id}", recipient=f"webhook {endpoint.id}")
+                                            principal=f"webhooks:{endpoint.id}", recipient=f"webhook {endpoint.id}",
+                                            reuse=True)
         payload = {**self._envelope(CREATED, request, endpoint),
                    "form_url": link.url, "form_expires_at": iso(link.expires_at)}
         status = await self._post(endpoint, payload)

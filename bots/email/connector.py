@@ -129,11 +129,12 @@ class EmailConnector(ChatConnector[EmailSettings]):
     # -- delivery ----------------------------------------------------------------------
 
     async def deliver(self, request: RequestView, *, target: str) -> dict[str, Any]:
-        """One mail to one recipient, with a one-time link that answers as them alone."""
+        """One mail to one recipient, with a one-time link that answers as them alone (a retried
+        delivery mails the link its first try minted, while unused)."""
         thread = await self.thread(request, target)
         link = await self.service.mint_link(tenant_id=request.tenant_id, request_id=request.id,
                                             principal=f"{self.name}:bot", recipient=target,
-                                            for_principal=self.principal(target))
+                                            for_principal=self.principal(target), reuse=True)
         # Remembered before the mail leaves: no reply can outrun it.
         await self.chat_refs.remember_message(channel=self.name, message_key=_THREAD + thread.token,
                                             tenant_id=request.tenant_id, request_id=request.id)

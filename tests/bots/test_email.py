@@ -223,6 +223,12 @@ async def test_refused_and_deferred_recipients_show_on_the_request(sqlite_url: s
         assert sorted((f["target"], f["final"]) for f in failures) == sorted(
             [(gone, True), (busy, False), (busy, False)])
         assert smtp_server.to(gone) == []
+        # The deferred recipient's three tries mailed the one link the first minted.
+        minted = [e["data"] for e in await api.journal(request["id"]) if e["event"] == "link_minted"]
+        assert sorted(m["recipient"] for m in minted) == sorted([gone, busy, fine])
+        (mail,) = smtp_server.to(busy)
+        assert form_link(mail) == api.app[SERVICE].link_url(next(m["link_id"] for m in minted
+                                                                 if m["recipient"] == busy))
 
 
 async def test_an_smtp_outage_is_retried_until_the_server_answers(sqlite_url: str, tcp_proxy: Any,

@@ -85,6 +85,8 @@ async def test_failures_are_retried_with_retry_after_and_fresh_signatures(tmp_pa
 
         assert hits[2].at - hits[1].at >= 0.95  # Retry-After honoured
         assert len({h.headers[DELIVERY_HEADER] for h in hits}) == 1  # one delivery, for the receiver's dedupe
+        # Every try posts the one link the first minted: the receiver holds one live link, not three.
+        assert len({h.json["form_url"] for h in hits}) == 1
         for hit in hits:
             assert_signed(hit)
         _, body = await api.call("GET", f"/v1/requests/{request['id']}")
@@ -94,6 +96,8 @@ async def test_failures_are_retried_with_retry_after_and_fresh_signatures(tmp_pa
         errors = [e["data"]["error"] for e in entries if e["event"] == "delivery_failed"]
         host = receiver.url().split("//")[1].split("/")[0]
         assert errors == [f"request.created to {host}: HTTP 503", f"request.created to {host}: HTTP 429"]
+        [minted] = [e["data"] for e in entries if e["event"] == "link_minted"]
+        assert api.app[SERVICE].link_url(minted["link_id"]) == hits[0].json["form_url"]
 
 
 async def test_a_client_error_is_final_and_the_url_path_is_not_shown(tmp_path: Path, receiver: Receiver) -> None:
