@@ -189,6 +189,31 @@ async def test_form_card_shows_every_field_and_a_reply_answers_it(world: World, 
             e.get("redacts"), (e.get("content") or {}).get("redacts")), what="the bot's 📝 taken back")
 
 
+async def test_asking_for_the_form_twice_gives_the_same_link(world: World) -> None:
+    async with running_app(world.settings(), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        question = f"Twice? {uuid.uuid4().hex[:6]}"
+        created = await api.create(request_body(question, schema=FORM_SCHEMA))
+        card = await world.human.expect(world.room_id, is_card(world.bot_id, question), what="the card")
+        room, bot = world.room_id, world.bot_id
+
+        def link_in(event: dict[str, Any]) -> str | None:
+            found = re.search(r"http://127\.0\.0\.1:8080/f/\S+", event["content"].get("body", ""))
+            return found.group(0) if found else None
+
+        first = await world.human.react(room, card["event_id"], FORM_KEY)
+        sent = await world.human.direct_message(bot, lambda e: link_in(e) is not None, what="the personal link")
+        # A 📝 taken back and given again (a person's second ask): another message, the same live link.
+        await world.human.client.room_redact(room, first)
+        await world.human.react(room, card["event_id"], FORM_KEY)
+        again = await world.human.direct_message(
+            bot, lambda e: link_in(e) is not None and e["event_id"] != sent["event_id"], what="the link again")
+        assert link_in(again) == link_in(sent)
+        entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=created["id"])
+        assert [e["data"]["for"] for e in entries if e["event"] == "link_minted"] == [
+            f"matrix:{world.human.user_id}"]
+
+
 @VERSIONS
 async def test_single_value_requests_by_thread_bare_value_and_reactions(world: World, room_version: str | None) -> None:
     tag = uuid.uuid4().hex[:6]
