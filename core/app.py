@@ -31,6 +31,7 @@ from handraise.core.appkeys import (
     SERVICE,
     SETTINGS,
     STORE,
+    SWEEPER,
 )
 from handraise.core import defaults
 from handraise.core.callbacks import CallbackHttp
@@ -60,6 +61,7 @@ from handraise.core.runs import RunService
 from handraise.core.service import RequestService
 from handraise.core.signingkey import SigningKey
 from handraise.core.store import NOTIFY_CHANNEL, Store
+from handraise.core.sweeper import SweeperTask
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app[INBOX] = InboxAccess(settings=settings, store=store)
     app[HTTP_SESSION] = http
     app[METRICS] = metrics = Metrics(service=service, admission=admission)
+    app[SWEEPER] = SweeperTask(service, interval=settings.limits.sweep_interval_seconds)
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
                   events_routes.routes, annotation_routes.routes, run_routes.routes, inbox_routes.routes,
@@ -250,13 +253,10 @@ async def _listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _sweeper_ctx(app: web.Application) -> AsyncIterator[None]:
-    service = app[SERVICE]
-    task = asyncio.get_running_loop().create_task(
-        service.run_sweeper(app[SETTINGS].limits.sweep_interval_seconds), name="sweeper")
+    app[SWEEPER].start()
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    # Stopped already, if a test held it: then there is nothing left to stop.
+    await app[SWEEPER].stop()
 
 
 async def _channels_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from handraise.core.metrics import Metrics
     from handraise.core.runs import RunService
     from handraise.core.service import RequestService
+    from handraise.core.sweeper import SweeperTask
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
@@ -40,3 +41,5 @@ INSTANCE_ID = web.AppKey("instance_id", str)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 INBOX: web.AppKey[InboxAccess] = web.AppKey("inbox")
 ADMISSION: web.AppKey[WriteAdmission] = web.AppKey("admission")
+# The sweeper's task: started and stopped by the app; a test may hold it (tests/conftest.py sweeper_held).
+SWEEPER: web.AppKey[SweeperTask] = web.AppKey("sweeper")

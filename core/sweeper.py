@@ -6,6 +6,7 @@ module holds creating, waiting and answering."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("handraise.core.service")
 
-__all__ = ["PRUNE_EVERY_SECONDS", "Sweeping"]
+__all__ = ["PRUNE_EVERY_SECONDS", "SweeperTask", "Sweeping"]
 
 # The longest pause between two prunings of spent rows (``RequestService.prune_spent``).
 PRUNE_EVERY_SECONDS = 60.0
@@ -166,3 +167,30 @@ class Sweeping:
         if purged:
             await self.store.checkpoint()
             log.info("sensitive response deleted", extra={"request_id": request_id, "reason": reason})
+
+
+class SweeperTask:
+    """The one task that runs the service's sweeper, started and stopped by the app (core/app.py).
+
+    Kept on the app (``SWEEPER``) rather than in its cleanup context alone, so that a test that does the
+    sweeper's work itself (a sweep on a moved clock, counting what it did) can stop it first: no tick of
+    its own is then under way to do that work before the test's call and leave it nothing to do.
+    """
+
+    def __init__(self, service: RequestService, *, interval: float) -> None:
+        self.service = service
+        self.interval = interval
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.service.run_sweeper(self.interval), name="sweeper")
+
+    async def stop(self) -> None:
+        """Cancel the task and wait until it has ended: when this returns no tick is under way. Stopping a
+        sweeper already stopped does nothing."""
+        task, self.task = self.task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,5 +1,6 @@
 """Shared fixtures: a loopback-only network guard, settings, databases (SQLite and PostgreSQL), the real app,
-and the helpers tests share: a create body (``question``), a request's journal (``Api.journal``), ``until``.
+and the helpers tests share: a create body (``question``), a request's journal (``Api.journal``), ``until``,
+``sweeper_held``.
 
 PostgreSQL tests run against this machine's server (127.0.0.1:5432, trust auth):
 each test gets a fresh database cloned from a migrated template. Without a
@@ -310,6 +311,22 @@ async def running_app(settings: Settings, **kwargs: Any) -> AsyncIterator[Api]:
     finally:
         await session.close()
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def sweeper_held(api: Api) -> AsyncIterator[None]:
+    """The app's own sweeper stopped (its tick under way, if any, ended) until the block ends, then started
+    again. For a test that does the sweeper's work itself on a moved clock (``sweep()``, ``prune_spent()``)
+    and asserts what its call did: otherwise a tick of the sweeper's, reading the same clock, may do that
+    work first (or half of it) on a slow machine."""
+    from handraise.core.appkeys import SWEEPER
+
+    sweeper = api.app[SWEEPER]
+    await sweeper.stop()
+    try:
+        yield
+    finally:
+        sweeper.start()
 
 
 @pytest.fixture

@@ -21,8 +21,9 @@ from conftest import (
     base_config,
     running_app,
     settings_from,
+    sweeper_held,
 )
-from handraise.core.appkeys import SERVICE, STORE
+from handraise.core.appkeys import SERVICE, STORE, SWEEPER
 
 
 def body(uid: str, **extra: Any) -> dict[str, Any]:
@@ -196,6 +197,32 @@ async def test_racing_instances_have_one_winner(pg_url: str) -> None:
         await a.create(body("race2"))
         results = await asyncio.gather(*[(a if i % 2 else b).submit("race2", f"v{i}") for i in range(20)])
         assert [s for s, _ in results].count(200) == 1
+
+
+async def test_a_held_sweeper_has_no_tick_under_way_and_sweeps_again_once_released(sqlite_url: str) -> None:
+    """``sweeper_held`` (what tests that sweep themselves on a moved clock rely on): the sweeper's task has
+    ended when the block begins, so a request overdue on the moved clock is left to the test; released, the
+    sweeper runs again; and the app stops with its sweeper already stopped."""
+    import time
+
+    from handraise.core.events import REQUEST_RESOLVED
+
+    async with running_app(settings_from(base_config(sqlite_url))) as api:
+        sweeper, service = api.app[SWEEPER], api.app[SERVICE]
+        running = sweeper.task
+        assert running is not None and not running.done()
+        req = await api.create(body("held"))
+        expired = asyncio.Event()
+        service.bus.add_listener(lambda ev: expired.set() if ev.type == REQUEST_RESOLVED else None)
+        async with sweeper_held(api):
+            assert running.done() and sweeper.task is None  # ended, not only asked to end
+            service.clock = lambda: time.time() + 3600
+            assert (await service.store.get_request("acme", req["id"]))["status"] == "pending"
+        assert sweeper.task is not None and not sweeper.task.done()
+        await asyncio.wait_for(expired.wait(), 10)  # the sweeper's own tick, the test swept nothing
+        assert (await service.store.get_request("acme", req["id"]))["status"] == "expired"
+        await sweeper.stop()
+        await sweeper.stop()  # a second stop, and the app's cleanup after them, find nothing to stop
 
 
 async def test_uncollected_sensitive_answer_is_deleted_after_the_retention(tmp_path: Path) -> None:
