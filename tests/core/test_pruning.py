@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any
 
-from conftest import Api, base_config, running_app, settings_from
+from conftest import Api, base_config, running_app, settings_from, sweeper_held
 
 from sqlalchemy import text
 
@@ -62,7 +62,10 @@ async def two_requests(api: Api) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: str) -> None:
-    async with running_app(settings_from(base_config(storage_url))) as api:
+    # The app's own sweeper is held: on the clock moved 8 days on, a tick of its own expires the live
+    # request (overdue then), and on PostgreSQL that can commit between this pass's deletes (each sees
+    # what is committed when it runs): the live request's link and state would go, the counts be 2.
+    async with running_app(settings_from(base_config(storage_url))) as api, sweeper_held(api):
         service = api.app[SERVICE]
         await api.app[STORE].state.set("telegram.sync", "position", "42")  # about no request: never pruned
         live, done = await two_requests(api)
@@ -121,7 +124,10 @@ async def test_pruning_reads_through_the_age_indexes(tmp_path: Any) -> None:
 
 
 async def test_expired_inbox_sign_ins_and_sessions_go_after_the_retention(storage_url: str) -> None:
-    async with running_app(settings_from(base_config(storage_url))) as api:
+    # The app's own sweeper is held: the counts asserted are this test's prune's, and only prune_spent's
+    # once-a-minute bookkeeping (set before its first await) keeps a tick's prune on the moved clock from
+    # taking the rows first.
+    async with running_app(settings_from(base_config(storage_url))) as api, sweeper_held(api):
         inbox, service, store = api.app[INBOX], api.app[SERVICE], api.app[STORE]
         used = await inbox.mint(tenant_id="acme", name="olga", created_by="key:test")
         token, session = await inbox.redeem(used.url.rsplit("/", 1)[1])
