@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
+from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from, sweeper_held
 from handraise.core.appkeys import SERVICE
 from handraise.core.errors import NotAssignedError
 from handraise.webforms.connector import WebFormsConnector
@@ -32,7 +32,9 @@ async def api(storage_url: str) -> AsyncIterator[Api]:
     config = base_config(storage_url)
     config["tenants"][0]["people"] = PEOPLE
     config["tenants"][1]["people"] = [{"id": "gus", "name": "Gus"}]
-    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as a:
+    # The app's own sweeper is held: the tests sweep themselves (``at``) on the clock they moved, and what
+    # they see after a sweep is that sweep's doing, not a tick of the sweeper's that read the same clock.
+    async with running_app(settings_from(config), connector_classes=[WebFormsConnector]) as a, sweeper_held(a):
         yield a
 
 
@@ -45,17 +47,19 @@ STEPS = [{"after_seconds": 60, "to": ["group:secondary"]}, {"after_seconds": 300
 
 
 class Clock:
-    """The service's clock, moved by the test."""
+    """The service's clock, stopped at the test's start and moved only by the test: "59 s after the
+    request was made" stays 59 s however slow the machine is between the two."""
 
     def __init__(self) -> None:
+        self.start = time.time()
         self.offset = 0.0
 
     def __call__(self) -> float:
-        return time.time() + self.offset
+        return self.start + self.offset
 
 
 async def at(api: Api, clock: Clock, seconds: float) -> None:
-    """Move the clock to ``seconds`` after now-at-start and sweep once."""
+    """Move the clock to ``seconds`` after the test's start and sweep once."""
     clock.offset = seconds
     await api.app[SERVICE].sweep()
 
