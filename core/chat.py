@@ -19,7 +19,7 @@ from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.config import Settings
 from handraise.core.connectors import Connector
-from handraise.core.errors import ConfigError, GoneError, NotFoundError
+from handraise.core.errors import AlreadyAnsweredError, ConfigError, GoneError, NotFoundError
 from handraise.core.outcomes import AnswerOutcome, said, terminal_outcome
 from handraise.core.people import GROUP_PREFIX, expand, is_reference, person_of
 from handraise.core.ratings import RatingButtons
@@ -355,7 +355,7 @@ class ChatConnector(Connector[RoutedT]):
                                                   for_principal=sender.principal, reuse=True)
         except NotFoundError:
             return said("not_found")
-        except GoneError:
+        except (GoneError, AlreadyAnsweredError):  # answered is a 409 to an agent, not a GoneError
             view = await self.service.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
             return terminal_outcome(view) or said("not_found")
         await self.remember_sender(sender)

@@ -559,6 +559,8 @@ async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_ow
         url = await driver.open_form(posted)
         assert url is not None and "/f/" in url
         private = driver.last_private
+        deep_link = driver.button(posted, "open form")["url"]
+        assert await driver.open_form(posted) == url  # asked again: the link this person holds
         await api.app[SERVICE].submit_link(token=url.rsplit("/f/", 1)[1], response={"decision": "reject",
                                                                                      "reason": "not today"})
         done = await api.wait(request["id"])
@@ -570,6 +572,14 @@ async def test_open_form_in_a_group_gives_only_allowed_people_a_link_of_their_ow
                                       predicate=lambda c: c.params.get("chat_id") == ALLOWED)
         stored = driver.tg.message(ALLOWED, private.result["message_id"])
         assert not (stored.reply_markup or {}).get("inline_keyboard")
+        # A tap on the deep link once the link was used and the request answered: told so, no link.
+        seen = len(driver.tg.calls_of("sendMessage"))
+        driver.push(driver.tg.make_text_message(chat_id=ALLOWED, user_id=ALLOWED,
+                                                text=f"/start {deep_link.rsplit('=', 1)[1]}"))
+        late = await driver.tg.wait_for_call("sendMessage", predicate=lambda c: c.params.get("chat_id") == ALLOWED
+                                             and driver.tg.calls_of("sendMessage").index(c) >= seen)
+        assert "/f/" not in str(late.params) and "answered" in late.params["text"].lower(), late.params
+        assert len([e for e in await api.journal(request["id"]) if e["event"] == "link_minted"]) == 1
 
 
 async def test_a_stranger_is_told_once(sqlite_url: str) -> None:
