@@ -26,7 +26,7 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   └── LinkUsedError (410 link_used)
     ├── PayloadTooLargeError (413 payload_too_large)
     ├── ValidationFailedError (422 validation_error) a body field is wrong
-    │   ├── InvalidSchemaError (422 invalid_schema)
+    │   ├── InvalidSchemaError (422 invalid_schema)  details.fields: each problem where it is in the schema
     │   └── InvalidAnswerError (422 invalid_answer)  details.fields: [{"field", "message"}]
     ├── RetryLaterError                               with Retry-After
     │   ├── RateLimitedError (429 rate_limited)

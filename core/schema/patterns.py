@@ -35,6 +35,7 @@ _CONSTRUCTS: tuple[tuple[str, str], ...] = (
     ("invalid escape sequence: \\c", "a control escape \\cX"),
     ("bad repetition operator: ", "a possessive repetition (*+, ++, ?+)"),
 )
+_QUOTED_CHARS = 80
 _WHY = ("patterns are matched by RE2, in time linear in the answer, so backreferences, "
         "lookahead, lookbehind, atomic groups and possessive repetitions are not supported")
 
@@ -45,6 +46,9 @@ def _reason(message: str) -> str:
     for prefix, construct in _CONSTRUCTS:
         if message.startswith(prefix):
             return f"pattern uses {construct}; {_WHY}"
+    # RE2 quotes the part of the pattern it stopped at, which may be most of an 8 KB pattern: cut short.
+    if len(message) > _QUOTED_CHARS:
+        message = message[:_QUOTED_CHARS - 1] + "…"
     if "too large" in message:
         return f"pattern is too complex to match quickly ({message})"
     return f"pattern does not compile: {message}"

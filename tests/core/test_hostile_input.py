@@ -35,7 +35,7 @@ async def test_integers_beyond_2_53_in_a_schema_are_invalid_schema(api: Api) -> 
     for schema, where in [({"type": "integer", "maximum": BIG}, "schema.maximum"),
                           ({"type": "integer", "default": -BIG}, "schema.default"),
                           ({"type": "object", "properties": {"n": {"type": "number", "minimum": BIG * 10}}},
-                           "properties.n.minimum"),
+                           "schema.properties.n.minimum"),
                           ({"type": "string", "examples": [BIG]}, "schema.examples.0")]:
         status, body = await api.call("POST", "/v1/requests", json=create_body(schema=schema))
         assert status == 422 and body["error"] == "invalid_schema", body

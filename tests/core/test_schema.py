@@ -132,8 +132,8 @@ def test_kind_none_means_input():
         ({"type": "object", "properties": {"x": {"type": "string", "oneOf": []}}}, "properties.x.oneOf: must be a non-empty list"),
         ({"type": "object", "properties": {"x": {"type": "string", "anyOf": []}}}, "properties.x.anyOf: must be a non-empty list"),
         ({"type": "object", "properties": {"x": {"$ref": "#/$defs/y"}}}, "properties.x: keyword 'type' is required"),
-        ({"type": "object", "properties": {"x": {"type": "string", "$ref": "#"}}}, "properties.x: keyword '$ref' is not supported"),
-        ({"type": "string", "$defs": {}}, "schema: keyword '$defs' is not supported"),
+        ({"type": "object", "properties": {"x": {"type": "string", "$ref": "#"}}}, "schema.properties.x.$ref: keyword '$ref' is not supported"),
+        ({"type": "string", "$defs": {}}, "schema.$defs: keyword '$defs' is not supported"),
         ({"type": "string", "const": "a"}, "keyword 'const' is not supported"),
         ({"type": "string", "frobnicate": 1}, "keyword 'frobnicate' is not supported"),
         ({"type": "string", "minimum": 1}, "keyword 'minimum' is not supported"),
@@ -170,8 +170,8 @@ def test_kind_none_means_input():
         ({"type": "string", "description": None}, "description must be a string"),
         ({"type": "string", "writeOnly": "yes"}, "writeOnly must be true or false"),
         ({"type": "string", "examples": "a"}, "examples must be a list"),
-        ({"type": "string", "minLength": 5, "default": "abc"}, "schema: default does not fit the field: Use at least 5 characters."),
-        ({"type": "object", "properties": {"n": {"type": "integer", "default": "x"}}}, "properties.n: default does not fit the field: Enter a whole number."),
+        ({"type": "string", "minLength": 5, "default": "abc"}, "schema.default: default does not fit the field: Use at least 5 characters."),
+        ({"type": "object", "properties": {"n": {"type": "integer", "default": "x"}}}, "schema.properties.n.default: default does not fit the field: Enter a whole number."),
         ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "string"}, "$schema"),
         ({"type": "array", "items": {"enum": ["a"]}}, "an array answer is only supported as a field of an object schema"),
         ({"type": "object"}, "an object schema needs 'properties' with at least one field"),
@@ -190,12 +190,12 @@ def test_kind_none_means_input():
         ({"type": "object", "properties": {"d": {"type": "array", "items": {"type": "string", "format": "date"}}}}, "properties.d: an array of dates must be a date range"),
         ({"type": "object", "properties": {"d": {**DATE_RANGE, "maxItems": 3}}}, "minItems 2 and maxItems 2"),
         ({"type": "object", "properties": {"d": {**DATE_RANGE, "uniqueItems": True}}}, "keyword 'uniqueItems' is not supported"),
-        ({"type": "object", "properties": {"d": {**DATE_RANGE, "items": {"type": "string", "format": "date", "minLength": 1}}}}, "properties.d.items: keyword 'minLength' is not supported"),
+        ({"type": "object", "properties": {"d": {**DATE_RANGE, "items": {"type": "string", "format": "date", "minLength": 1}}}}, "schema.properties.d.items.minLength: keyword 'minLength' is not supported"),
         ({"type": "object", "properties": {"d": {"type": "array", "items": {"type": "string"}}}}, "arrays must be a multi-select"),
         ({"type": "object", "properties": {"d": {"type": "array"}}}, "arrays must be a multi-select"),
         ({"type": "object", "properties": {"d": {"type": "array", "items": [{"type": "string"}]}}}, "arrays must be a multi-select"),
         ({"type": "object", "properties": {"d": {"type": "array", "items": {"type": "integer", "enum": [1]}}}}, "non-string enums are not supported"),
-        ({"type": "object", "properties": {"d": {"type": "array", "items": {"enum": ["a"], "format": "date"}}}}, "properties.d.items: keyword 'format' is not supported"),
+        ({"type": "object", "properties": {"d": {"type": "array", "items": {"enum": ["a"], "format": "date"}}}}, "schema.properties.d.items.format: keyword 'format' is not supported"),
         ({"type": "object", "properties": {"d": {**MULTI, "minItems": 3, "maxItems": 1}}}, "minItems (3) is greater than maxItems (1)"),
         ({"type": "object", "properties": {"d": {**MULTI, "uniqueItems": "yes"}}}, "uniqueItems must be true or false"),
         ({"type": "object", "properties": {"d": {**MULTI, "contains": {}}}}, "keyword 'contains' is not supported"),
@@ -217,19 +217,19 @@ def test_refusal_is_a_422_invalid_schema():
 
 @pytest.mark.parametrize("schema", ["string", ["type"], 5, True, False])
 def test_a_schema_that_is_not_an_object_is_refused(schema):
-    assert refused(schema) == "schema must be a JSON object"
+    assert refused(schema) == "schema: must be a JSON object"
 
 
 def test_twenty_fields_is_the_limit():
     twenty = {"type": "object", "properties": {f"f{i}": {"type": "boolean"} for i in range(MAX_FIELDS)}}
     assert check_schema(twenty) == twenty
     twenty_one = {"type": "object", "properties": {f"f{i}": {"type": "boolean"} for i in range(MAX_FIELDS + 1)}}
-    assert refused(twenty_one) == "schema has 21 fields; at most 20"
+    assert refused(twenty_one) == "schema.properties: 21 fields; at most 20"
 
 
 def test_the_field_limit_can_be_configured():
     three = {"type": "object", "properties": {f"f{i}": {"type": "boolean"} for i in range(3)}}
-    assert refused(three, max_fields=2) == "schema has 3 fields; at most 2"
+    assert refused(three, max_fields=2) == "schema.properties: 3 fields; at most 2"
 
 
 def _schema_of_bytes(size: int) -> dict:
@@ -242,19 +242,19 @@ def _schema_of_bytes(size: int) -> dict:
 def test_eight_kilobytes_is_the_limit():
     exactly = _schema_of_bytes(MAX_SCHEMA_BYTES)
     assert check_schema(exactly) == exactly
-    assert refused(_schema_of_bytes(9000)) == "schema is 9000 bytes; at most 8192"
+    assert refused(_schema_of_bytes(9000)) == "schema: is 9000 bytes; at most 8192"
 
 
 def test_the_size_limit_counts_utf8_bytes_and_can_be_configured():
     schema = {"type": "string", "description": "é" * 100}  # 2 bytes each
     size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode())
     assert size > 200
-    assert refused(schema, max_bytes=200) == f"schema is {size} bytes; at most 200"
+    assert refused(schema, max_bytes=200) == f"schema: is {size} bytes; at most 200"
 
 
 def test_a_huge_schema_is_refused_by_size_before_it_is_walked():
     huge = {"type": "object", "properties": {f"f{i}": {"type": "string", "oneOf": []} for i in range(5000)}}
-    assert refused(huge).startswith("schema is ")
+    assert refused(huge).startswith("schema: is ")
 
 
 def test_a_schema_with_non_json_values_is_refused():
