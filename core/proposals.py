@@ -43,9 +43,11 @@ async def check_at_create(*, proposal: dict[str, Any] | None, schema: dict[str, 
     if schema is None:
         _refuse("proposal_schema", "is required with proposal: an object schema its edits are checked against")
     try:
-        checked = await check_schema_off_loop(schema, kind="input", max_fields=max_fields, max_bytes=max_bytes)
+        checked = await check_schema_off_loop(schema, kind="input", max_fields=max_fields, max_bytes=max_bytes,
+                                              name="proposal_schema")
     except InvalidSchemaError as e:
-        _refuse("proposal_schema", e.message)
+        # Each problem where it is (proposal_schema.properties.amount.minimum), under this body's code.
+        raise ValidationFailedError(e.message, fields=e.fields) from None
     if not isinstance(checked, dict) or checked.get("type") != "object":
         _refuse("proposal_schema", 'must be an object form ({"type": "object", "properties": …})')
     errors = await validate_answer_off_loop(checked, proposal)

@@ -97,7 +97,7 @@ async def test_proposals_are_checked_at_create(api: Api) -> None:
         (body("c5", proposal_schema={"type": "string"}), "proposal_schema", "object"),
         (body("c6", proposal_schema={"type": "object", "properties": {"x": {"type": "string",
                                                                             "pattern": "(a)\\1"}}}),
-         "proposal_schema", ""),
+         "proposal_schema.properties.x.pattern", "backreference"),
         (body("c7", proposal={**PROPOSAL, "replicas": 0}), "proposal.replicas", ""),
         (body("c8", proposal={"command": "x"}), "proposal.replicas", ""),
         (body("c9", proposal=["not", "an", "object"]), "proposal", ""),
