@@ -32,7 +32,9 @@ class Backend(Protocol):
 
 
 def _tool_error(error: HandraiseError) -> ToolError:
-    fields = joined(error.fields)
+    # Every problem, so a model fixes them all in one go; but not twice what the message already says
+    # (an invalid_schema message is its first problem).
+    fields = joined(f for f in error.fields if joined([f]) not in error.message)
     return ToolError(f"{error.code}: {error.message}" + (f" ({fields})" if fields else ""))
 
 

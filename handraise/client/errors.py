@@ -75,8 +75,11 @@ class ApiError(HandraiseClientError):
 
     def __str__(self) -> str:
         text = f"{self.code}: {self.message}"
-        if self.fields:
-            text += " (" + "; ".join(f"{f.get('field')}: {f.get('message')}" for f in self.fields) + ")"
+        # Each problem once: an invalid_schema message is already its first problem.
+        said = [f"{f.get('field')}: {f.get('message')}" for f in self.fields]
+        rest = [problem for problem in said if problem not in self.message]
+        if rest:
+            text += " (" + "; ".join(rest) + ")"
         return text
 
 

@@ -34,7 +34,7 @@ def form_schema(model: type[BaseModel]) -> dict[str, Any]:
         check_schema(schema)
     except InvalidSchemaError as e:
         raise InvalidRequest(f"{model.__name__} cannot be a Handraise form: {e.message}", status=None,
-                             code="invalid_schema") from None
+                             code="invalid_schema", details={"fields": e.fields} if e.fields else None) from None
     return schema
 
 
@@ -43,15 +43,20 @@ def _flatten(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
     if "$ref" in node:
         target = defs.get(node.pop("$ref").rsplit("/", 1)[-1])
         if target is None or target.get("type") == "object":
-            raise InvalidSchemaError(f"{where}: nested models are not supported; use flat fields")
+            raise _refused(where, "nested models are not supported; use flat fields")
         node = {**target, **node}
     if "anyOf" in node:
         options = [o for o in node.pop("anyOf") if o != {"type": "null"}]
         if len(options) != 1:
-            raise InvalidSchemaError(f"{where}: a union of types is not supported; give one type")
+            raise _refused(where, "a union of types is not supported; give one type")
         node = {**_flatten(options[0], defs, where), **node}
         if node.get("default", 0) is None:
             node.pop("default")  # None is pydantic's 'left out', not a value a human could give
     if isinstance(node.get("items"), dict):
         node["items"] = _flatten(node["items"], defs, where)
     return node
+
+
+def _refused(where: str, message: str) -> InvalidSchemaError:
+    field = f"schema.properties.{where}"
+    return InvalidSchemaError(f"{field}: {message}", fields=[{"field": field, "message": message}])

@@ -159,6 +159,7 @@ def test_form_refuses_a_model_outside_the_subset_before_any_call(model: type[Bas
         hr.form("Where?", model)
     assert words in str(caught.value) and model.__name__ in str(caught.value)
     assert caught.value.code == "invalid_schema"
+    assert [f["field"] for f in caught.value.fields] == [f"schema.properties.{next(iter(model.model_fields))}"]
 
 
 def test_expiry_is_raised_never_returned(agent: Handraise) -> None:
@@ -215,6 +216,12 @@ def test_invalid_requests_carry_the_servers_reasons(agent: Handraise) -> None:
     with pytest.raises(InvalidRequest) as caught:
         agent.ask("Pick", schema={"type": "object", "properties": {"a": {"type": "object"}}}, timeout=5)
     assert caught.value.status == 422 and caught.value.code == "invalid_schema"
+    assert caught.value.fields == [{"field": "schema.properties.a", "message": "nested objects are not supported"}]
+    # Several problems: each reaches the agent once, where it is.
+    with pytest.raises(InvalidRequest) as caught:
+        agent.ask("Pick", schema={"type": "string", "pattern": "(?=a)", "format": "ipv4"}, timeout=5)
+    assert [f["field"] for f in caught.value.fields] == ["schema.pattern", "schema.format"]
+    assert str(caught.value).count("schema.pattern:") == 1 and "schema.format: format 'ipv4'" in str(caught.value)
     with pytest.raises(InvalidRequest) as caught:
         agent.ask("Too long", timeout=10**9)
     assert caught.value.fields and caught.value.fields[0]["field"] == "timeout_seconds"

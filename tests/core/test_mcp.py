@@ -232,8 +232,12 @@ async def test_http_bad_arguments_are_clear_tool_errors(tmp_path: Path) -> None:
         extra = await session.call_tool("request_approval", {"action": "x", "force": True})
         assert extra.is_error and "'force' was unexpected" in extra.content[0].text
         schema = await session.call_tool("ask_human", {"question": "x", "schema": {"type": "object", "properties": {
-            "nested": {"type": "object"}}}})
-        assert schema.is_error and schema.content[0].text.startswith("invalid_schema:")
+            "nested": {"type": "object"}, "code": {"type": "string", "pattern": "(?=a)", "$ref": "#/x"}}}})
+        said = schema.content[0].text
+        assert schema.is_error and said.startswith("invalid_schema: schema.properties.nested: nested objects")
+        # Every problem, each once, where it is: a model fixes its schema in one round trip.
+        for where in ("schema.properties.nested:", "schema.properties.code.$ref:", "schema.properties.code.pattern:"):
+            assert said.count(where) == 1, said
         with pytest.raises(MCPError, match="unknown tool"):
             await session.call_tool("delete_everything", {})
 
