@@ -28,7 +28,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, f
 
 from handraise.core.api import CreateRequestBody, Id, RequestView, UniqueId, iso, parse_body
 from handraise.core.config import Settings
-from handraise.core.errors import HandraiseError, ValidationFailedError
+from handraise.core.errors import HandraiseError, InvalidSchemaError, ValidationFailedError
 from handraise.core.people import person_of
 from handraise.core.text import label, prose
 
@@ -260,6 +260,40 @@ def _context_lines(context: ReviewContext | None) -> list[str]:
     if context is None or not context.model_extra:
         return []
     return [f"{key}: {value}" for key, value in context.model_extra.items() if isinstance(value, (str, int, float))]
+
+
+# What a form field's part becomes in the schema built from it (_field_schema), read backwards.
+_FROM_SCHEMA = {"pattern": "validation.pattern", "minLength": "validation.minLength",
+                "maxLength": "validation.maxLength", "minimum": "validation.min", "maximum": "validation.max",
+                "default": "default", "oneOf": "options", "items": "options"}
+
+
+def in_review(error: InvalidSchemaError, body: CreateReviewBody) -> InvalidSchemaError:
+    """A refusal of the schema built from a review body, its problems named as that body's fields
+    (``schema.properties.code.pattern`` → ``context.form.fields.code.validation.pattern``)."""
+    fields = [{"field": _review_field(f["field"], body), "message": f["message"]} for f in error.fields]
+    if not fields:
+        return error
+    message = error.message.replace(error.fields[0]["field"], fields[0]["field"], 1)
+    return InvalidSchemaError(message, fields=fields)
+
+
+def _review_field(field: str, body: CreateReviewBody) -> str:
+    steps = field.split(".")[1:]  # after "schema"; form keys and option indexes have no dots
+    if body.type == "selection":
+        index = next((step for step in steps if step.isdigit()), None)
+        return "context.options" + (f".{index}" if index is not None and "oneOf" in steps else "")
+    if body.context is None or body.context.form is None:
+        return "context"
+    if steps[:1] != ["properties"] or len(steps) < 2:
+        return "context.form.fields"
+    where, rest = f"context.form.fields.{steps[1]}", steps[2:]
+    if rest and rest[0] in _FROM_SCHEMA:
+        where += "." + _FROM_SCHEMA[rest[0]]
+        index = next((step for step in rest if step.isdigit()), None)
+        if where.endswith(".options") and index is not None:
+            where += f".{index}"
+    return where
 
 
 def to_request(body: CreateReviewBody, *, settings: Settings) -> CreateRequestBody:
@@ -513,8 +547,11 @@ class ReviewCases:
                      body: CreateReviewBody) -> tuple[RequestView, str | None]:
         """The case's request (an identical retry gets the same one) and, for a ``forward`` key that
         created it, a fresh one-time link to hand to the person it acts for."""
-        view, _ = await self.service.create(tenant_id=tenant_id, principal=principal,
-                                            body=to_request(body, settings=self.service.settings))
+        try:
+            view, _ = await self.service.create(tenant_id=tenant_id, principal=principal,
+                                                body=to_request(body, settings=self.service.settings))
+        except InvalidSchemaError as e:
+            raise in_review(e, body) from None
         store = self.service.store
         async with store.transaction() as conn:
             # A retry finds the case recorded already; two transactions, so a crash between them
