@@ -5,6 +5,12 @@ asyncio lock, results handed to the event loop in batches (the measured design o
 SQLite figures: keep it). The hot units run on the raw sqlite3 connection beneath SQLAlchemy's
 (core/store/sqliteunits.py); a write that is its transaction's only unit runs from BEGIN IMMEDIATE
 to COMMIT in one job.
+
+A hot unit arriving while the thread is idle with nothing queued is run by the event loop itself, the
+thread kept off the connections meanwhile (``_DbThread.try_inline``): tens of microseconds of SQLite,
+against a hand-off, a wake-up of the loop and, measured on a 2-core machine, the thread waiting for the
+GIL on each return from SQLite while the loop ran callbacks. The loop's writer never waits for a lock
+another process holds: that unit goes to the thread, which does.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class _DbThread:
         self._writes: deque[WriteQueue] = deque()
         self._active: WriteQueue | None = None
         self._stopping = False
+        self._running = False  # the thread is running a job (set and cleared under _cv)
+        self._inline = False  # the event loop runs a job itself (try_inline): the thread keeps off
         self._done_lock = threading.Lock()
         self._done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -98,9 +106,30 @@ class _DbThread:
             self._stopping = True
             self._cv.notify()
 
+    def try_inline(self, *, write: bool) -> bool:
+        """True when the caller may run one job itself, now, on its own thread, with the thread kept off the
+        connections until ``end_inline``: only when the thread would run it at once anyway (idle, nothing
+        queued, no write transaction open for a write; for a read, none with a statement queued)."""
+        with self._cv:
+            if self._running or self._inline or self._reads or self._stopping or self._writes:
+                return False
+            if self._active is not None and (write or self._active.jobs):
+                return False
+            self._inline = True
+            return True
+
+    def end_inline(self) -> None:
+        with self._cv:
+            self._inline = False
+            self._cv.notify()
+
     def _next(self) -> _Job | None:
         with self._cv:
+            self._running = False
             while True:
+                if self._inline:
+                    self._cv.wait()
+                    continue
                 if self._active is None and self._writes:
                     self._active = self._writes.popleft()
                 active = self._active
@@ -108,8 +137,10 @@ class _DbThread:
                     job = active.jobs.popleft()
                     if job[4]:
                         self._active = None
+                    self._running = True
                     return job
                 if self._reads:
+                    self._running = True
                     return self._reads.popleft()
                 if self._stopping:
                     return None
@@ -126,6 +157,9 @@ class _DbThread:
                 result = fn(*args)
             except BaseException as e:  # handed to the caller, whatever it is
                 error = e
+            # Off the connections before the result can reach the loop, whose next unit may then run inline
+            # (a plain store: try_inline reads it under _cv, and _next waits while _inline is set).
+            self._running = False
             with self._done_lock:
                 batch = self._done.get(loop)
                 if batch is None:
@@ -169,9 +203,12 @@ class SqliteRunner:
         configure_sqlite(self.engine)
         self.thread = _DbThread(name="handraise-sqlite")
         self._writing: set[asyncio.Task[Any] | None] = set()
-        # Used only on the database thread:
+        # Used on the database thread, or by the loop while the thread keeps off (``try_inline``):
         self._reader: Connection | None = None  # autocommit: a lone SELECT needs no BEGIN/ROLLBACK
         self._writer: Connection | None = None
+        # The loop's own writer (``_write_raw_inline``), used only while the thread keeps off: it never
+        # waits for a lock (busy_timeout 0), so another process's write cannot stall the event loop.
+        self._loop_writer: Connection | None = None
 
     def enter_write(self) -> asyncio.Task[Any] | None:
         task = asyncio.current_task()
@@ -194,6 +231,11 @@ class SqliteRunner:
     async def read_raw(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(raw sqlite3 connection, *args)`` on the autocommit reader: each statement its own snapshot."""
         try:
+            if self.thread.try_inline(write=False):
+                try:
+                    return self._read_raw_job(fn, args)
+                finally:
+                    self.thread.end_inline()
             return await result(self.thread.submit(self._read_raw_job, (fn, args)))
         except sqlite3.Error as e:
             raise_translated_sqlite(e)
@@ -204,6 +246,13 @@ class SqliteRunner:
         submit. Unlike ``write`` it may be called inside an open ``transaction()`` that has run nothing
         (``SqliteConnection.commit_alone``): that one takes no place in the thread's order."""
         try:
+            if self.thread.try_inline(write=True):
+                try:
+                    done, out = self._write_raw_inline(fn, args)
+                finally:
+                    self.thread.end_inline()
+                if done:
+                    return out
             return await result(self.thread.submit(self._write_raw_job, (fn, args), tx=WriteQueue(), last=True))
         except sqlite3.Error as e:
             raise_translated_sqlite(e)
@@ -276,6 +325,30 @@ class SqliteRunner:
                 raw.rollback()
             raise
 
+    def _write_raw_inline(self, fn: Callable[..., T], args: tuple[Any, ...]) -> tuple[bool, T | None]:
+        """``_write_raw_job`` run by the event loop itself, the thread kept off (``try_inline``): no
+        hand-off, no wake-up. ``(False, None)`` when the write lock is another process's (the ``handraise``
+        CLI's): nothing ran, and the caller queues the unit for the thread, which waits for the lock."""
+        c = self._loop_writer
+        if c is None:
+            c = self._loop_writer = self.engine.connect()
+            c.connection.driver_connection.execute("PRAGMA busy_timeout=0")
+        raw = c.connection.driver_connection
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return False, None
+            raise
+        try:
+            out = fn(raw, *args)
+            raw.commit()
+            return True, out
+        except BaseException:
+            if raw.in_transaction:
+                raw.rollback()
+            raise
+
     def begin_writer(self) -> Connection:
         c = self._writer
         if c is None:
@@ -311,11 +384,11 @@ class SqliteRunner:
             upgrade(c)
 
     def close_job(self) -> None:
-        for c in (self._reader, self._writer):
+        for c in (self._reader, self._writer, self._loop_writer):
             if c is not None:
                 with contextlib.suppress(Exception):
                     c.close()
-        self._reader = self._writer = None
+        self._reader = self._writer = self._loop_writer = None
         self.engine.dispose()
 
     async def close(self) -> None:

@@ -58,7 +58,7 @@ def verbs(statements: list[str]) -> list[str]:
     return [" ".join(s.split()[:3]) for s in statements]
 
 
-async def test_a_cycle_is_four_trips_to_the_database_thread_and_twelve_statements(sqlite_url: str) -> None:
+async def test_a_cycle_on_an_idle_store_is_twelve_statements_run_by_the_loop_itself(sqlite_url: str) -> None:
     with traced() as statements:
         async with opened(sqlite_url) as store:
             assert await create(store, "0") is not None
@@ -74,11 +74,59 @@ async def test_a_cycle_is_four_trips_to_the_database_thread_and_twelve_statement
                     "BEGIN IMMEDIATE", "UPDATE requests SET", "UPDATE journal_heads SET", "INSERT INTO journal",
                     "COMMIT", "SELECT r.*, d.id,"], statements
                 statements.clear()
-            assert trips[0] == 8
+            assert trips[0] == 0  # the thread was idle each time: no hand-off, no wake-up of the loop
             assert await create(store, "1") is None  # the same unique_id: nothing made, nothing journaled
             assert await answer(store, "1") is None  # answered already: another writer won
             assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1, 2, 3, 4, 5]
             assert await store.verify_journal() == []
+
+
+async def until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0)
+
+
+async def test_a_write_lock_held_by_another_process_never_stalls_the_event_loop(sqlite_url: str) -> None:
+    """The loop runs a unit itself only while the database thread is idle, and its own writer never waits
+    for a lock: while another process (the ``handraise`` CLI) holds the file's write lock, the unit goes
+    to the thread, which waits for the lock, and the loop goes on."""
+    async with opened(sqlite_url) as store:
+        await create(store, "0")
+        trips = counting_trips(store)
+        db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            creating = asyncio.ensure_future(create(store, "1"))
+            await asyncio.wait_for(until(lambda: trips[0] == 1), 10)  # the loop runs while the unit waits
+            assert not creating.done()
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        entry = await asyncio.wait_for(creating, 10)
+        assert entry is not None and entry.seq == 2 and trips[0] == 1
+        # Refused at once rather than after the thread's wait (which would stall the loop as long).
+        runner = store._runner  # noqa: SLF001
+        assert runner is not None and runner._loop_writer is not None  # noqa: SLF001
+        raw = runner._loop_writer.connection.driver_connection  # noqa: SLF001
+        assert raw.execute("PRAGMA busy_timeout").fetchone() == (0,)
+        assert await store.verify_journal() == []
+
+
+async def test_a_unit_waits_behind_an_open_write_transaction_and_a_read_does_not(sqlite_url: str) -> None:
+    async with opened(sqlite_url) as store:
+        await create(store, "0")
+        trips = counting_trips(store)
+        async with store.transaction() as conn:
+            await store.append_journal(conn, tenant_id="t", event="link_minted")  # seq 2, not committed
+            assert trips[0] == 1
+            creating = asyncio.ensure_future(create(store, "1"))
+            await asyncio.wait_for(until(lambda: trips[0] == 2), 10)  # queued behind this transaction
+            # A read while the transaction waits for its caller runs at once, on the last commit.
+            assert [e.seq for e in await store.journal_entries(tenant_id="t")] == [1]
+            assert not creating.done()
+        entry = await asyncio.wait_for(creating, 10)
+        assert entry is not None and entry.seq == 3
+        assert await store.verify_journal() == []
 
 
 async def test_another_process_appending_between_two_of_ours_leaves_one_gapless_chain(sqlite_url: str) -> None:
@@ -165,7 +213,8 @@ async def test_storage_errors_of_the_raw_connection_reach_callers_as_core_errors
             # Another connection holds the file's write lock past the busy timeout: unavailable, not a 500.
             runner = store._runner  # noqa: SLF001
             assert runner is not None
-            await runner.write_raw(lambda raw: raw.execute("PRAGMA busy_timeout = 50"))
+            # (The thread's writer: the loop's own never waits for a lock and hands the unit to the thread.)
+            await runner.write(lambda c: c.exec_driver_sql("PRAGMA busy_timeout = 50"))
             db.execute("BEGIN IMMEDIATE")
             with pytest.raises(UnavailableError):
                 await create(store, "1")
