@@ -86,6 +86,9 @@ class LinkDoors:
             for_principal = link_principal(self.settings, tenant_id, view.assign_to, person)
             recipient = recipient or person
         now = self.clock()
+        if view.expires_at <= now:
+            # The deadline passed since the read: applied now (journaled once), and no link is minted for it.
+            raise_if_terminal(await self._settle(view))
         async with self.store.transaction() as conn:
             link_id = await self.store.links.live(conn, tenant_id=tenant_id, request_id=request_id,
                                                   principal=for_principal, recipient=recipient,

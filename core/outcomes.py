@@ -75,8 +75,13 @@ def refused(error: HandraiseError) -> AnswerOutcome:
 
 
 def terminal_outcome(view: RequestView) -> AnswerOutcome | None:
-    """The refusal for an answer to a request that is no longer pending, or None while it is."""
-    code = {"answered": "already_answered", "expired": "expired", "cancelled": "cancelled"}.get(view.status)
+    """The refusal for an answer to a request that is no longer pending, or None while it is.
+
+    A request its ``on_timeout`` policy ended is ``answered`` by nobody: to a late human the time ran out,
+    as ``raise_if_terminal`` (the API, the hosted form) tells them, never "already answered"."""
+    if view.timed_out:
+        return said("expired", view)
+    code = {"answered": "already_answered", "cancelled": "cancelled"}.get(view.status)
     return None if code is None else said(code, view)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import OPERATOR_KEY, base_config, running_app, settings_from, until
+from conftest import OPERATOR_KEY, base_config, running_app, settings_from, sweeper_held, until
 from nio import RoomCreateResponse, RoomGetEventResponse
 
 from handraise.bots.matrix import MatrixConnector
@@ -212,6 +212,29 @@ async def test_asking_for_the_form_twice_gives_the_same_link(world: World) -> No
         entries = await api.app[SERVICE].journal_entries(tenant_id="acme", request_id=created["id"])
         assert [e["data"]["for"] for e in entries if e["event"] == "link_minted"] == [
             f"matrix:{world.human.user_id}"]
+
+
+async def test_a_reply_or_a_form_ask_past_the_deadline_before_the_sweep_is_told_it_expired(
+        world: World, storage_url: str) -> None:
+    # The deadline has passed and the sweeper has not run: a typed `field: value` reply and a 📝 each apply
+    # it there and then, and the person reads what they would after the sweep. Expired once; no link minted.
+    human, room, bot = world.human, world.room_id, world.bot_id
+    async with running_app(world.settings(storage_url=storage_url), connector_classes=[MatrixConnector]) as api:
+        await started(api)
+        question = f"Late? {uuid.uuid4().hex[:6]}"
+        created = await api.create(request_body(question, schema=FORM_SCHEMA, timeout_seconds=600))
+        card = await human.expect(room, is_card(bot, question), what="the card")
+        async with sweeper_held(api):
+            api.app[SERVICE].clock = lambda: time.time() + 3600
+            reply_id = await human.reply(room, card, "port: 5432\nenv: canary")
+            notice = await human.expect(room, is_notice_to(reply_id, bot), what="the notice")
+            assert "This question expired." in notice["content"]["body"]
+            await human.react(room, card["event_id"], FORM_KEY)
+            told = await human.direct_message(bot, lambda e: "expired" in e["content"].get("body", ""),
+                                              what="the private notice")
+            assert "This question expired." in told["content"]["body"]
+        events = [e["event"] for e in await api.journal(created["id"])]
+        assert events.count("expired") == 1 and "link_minted" not in events
 
 
 @VERSIONS

@@ -15,7 +15,7 @@ import pytest
 
 import handraise.bots.slack.connector as slack_connector
 from handraise.bots.slack import SlackConnector
-from conftest import OPERATOR_KEY, base_config, settings_from
+from conftest import OPERATOR_KEY, base_config, settings_from, sweeper_held
 from handraise.core.appkeys import CONNECTORS, DISPATCHER, SERVICE
 from handraise.core.errors import ConfigError
 from tests.bots.offline import NO_CORE
@@ -444,6 +444,26 @@ async def test_taps_on_resolved_requests_say_answered_or_expired(sqlite_url: str
         assert ephemerals_for(fake, BOB) == ["This question expired."]
         _, final = await api.call("GET", f"/v1/requests/{expiring['id']}")
         assert final["status"] == "expired"
+
+
+async def test_taps_past_the_deadline_before_the_sweep_are_told_it_expired(storage_url: str, fake: FakeSlack) -> None:
+    # The deadline has passed and the sweeper has not run: a button, "Open form", "Answer here" and a thread
+    # reply each apply it there and then and say what they would after the sweep. Expired once; no link
+    # minted, no modal opened.
+    async with slack_app(storage_url, fake) as api:
+        req = await api.create(request_body("late1", kind="approval", timeout_seconds=600))
+        message = await posted_message(fake, req)
+        await api.app[DISPATCHER].idle()  # the message is remembered: a thread reply finds its request
+        async with sweeper_held(api):
+            api.app[SERVICE].clock = lambda: time.time() + 3600
+            for user, label in ((ALICE, "Approve"), (BOB, "Open form"), (ALICE, "Answer here")):
+                assert (await post_signed(api, tap(fake, message, label, user=user)))[0] == 200
+            assert (await post_event(api, reply_event(message, "approve", user=BOB), team_id=TEAM))[0] == 200
+            await wait_for_count(fake, "chat.postEphemeral", 4)
+        assert ephemerals_for(fake, ALICE) + ephemerals_for(fake, BOB) == ["This question expired."] * 4
+        assert not fake.calls_of("views.open")
+        events = [e["event"] for e in await api.journal(req["id"])]
+        assert events.count("expired") == 1 and "link_minted" not in events
 
 
 async def test_cancel_withdraws_the_buttons(storage_url: str, fake: FakeSlack) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Api, base_config, question, running_app, settings_from, until
+from conftest import Api, base_config, question, running_app, settings_from, sweeper_held, until
 
 from handraise.bots.telegram import TelegramConnector
 from handraise.bots.telegram.messages import CUT_NOTE, MAX_TEXT, SENSITIVE_TEXT, utf16_len
@@ -209,6 +209,43 @@ async def test_tap_on_a_resolved_request(sqlite_url: str) -> None:
                 predicate=lambda c, q=update["callback_query"]["id"]: str(c.params["callback_query_id"]) == q)
             assert call.params["text"] == text
         assert (await get(api, answered["id"]))["response"] == {"decision": "reject"}
+
+
+async def test_taps_past_the_deadline_before_the_sweep_are_told_it_expired(storage_url: str) -> None:
+    # The deadline has passed and the sweeper has not run: each way in applies it there and then, and the
+    # person reads what they would after the sweep. Expired once, and no link minted for it.
+    form = {"type": "object", "properties": {"host": {"type": "string"}}, "required": ["host"]}
+    async with telegram(storage_url) as (driver, api):
+        button = await api.create(ask("late-1", kind="approval", timeout_seconds=600))
+        typed = await api.create(ask("late-2", schema=form, timeout_seconds=600))
+        linked = await api.create(ask("late-3", schema=form, timeout_seconds=600))
+        # Ended by its policy: nobody answered it, so to a late person the time ran out too.
+        rejected = await api.create(ask("late-4", kind="approval", timeout_seconds=600, on_timeout="reject"))
+        posts = [await driver.posted(api, r) for r in (button, typed, linked, rejected)]
+        again = driver.button(posts[0], "reject")["callback_data"]  # the buttons go once it has expired
+        async with sweeper_held(api):
+            api.app[SERVICE].clock = lambda: time.time() + 3600
+            told = [(await driver.callback_answer(await driver.press(posts[0], "approve"))).params["text"],
+                    (await driver.bot_reply(await driver.reply(posts[1], "host: db1"))).params["text"]]
+            assert await driver.open_form(posts[2]) is None
+            assert driver.last_private is not None
+            told.append(driver.last_private.params["text"])
+            told.append((await driver.callback_answer(await driver.press(posts[3], "approve"))).params["text"])
+            # A tap on the buttons still shown finds it expired as it is now.
+            update = driver.tg.make_callback(chat_id=CHAT, user_id=ALLOWED, message_id=posts[0].ref["message_id"],
+                                             data=again)
+            driver.push(update)
+            told.append((await driver.tg.wait_for_call("answerCallbackQuery", predicate=lambda c: str(
+                c.params["callback_query_id"]) == update["callback_query"]["id"])).params["text"])
+        assert told == ["This question expired."] * 5
+        for request in (button, typed, linked, rejected):
+            events = [e["event"] for e in await api.journal(request["id"])]
+            assert "link_minted" not in events
+            ended = "answered" if request is rejected else "expired"
+            assert (events.count("expired"), events.count("answered")) == ((0, 1) if ended == "answered" else (1, 0))
+        assert (await get(api, button["id"]))["status"] == "expired"
+        late = await get(api, rejected["id"])
+        assert (late["status"], late["timed_out"], late["response"]["decision"]) == ("answered", True, "reject")
 
 
 async def test_forged_or_misplaced_callback_data_is_refused(sqlite_url: str) -> None:

@@ -5,14 +5,15 @@ hold, not a second one (core/links.py ``mint_link(reuse=True)``, core/store/link
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import Api, base_config, running_app, settings_from
+from conftest import Api, base_config, running_app, settings_from, sweeper_held
 
 from handraise.core.appkeys import SERVICE, STORE
-from handraise.core.errors import AlreadyAnsweredError, LinkUsedError, NotFoundError
+from handraise.core.errors import AlreadyAnsweredError, ExpiredError, LinkUsedError, NotFoundError
 from handraise.core.service import RequestService
 
 BOT = "telegram:bot"
@@ -136,3 +137,36 @@ async def test_taps_at_once_share_one_link(api: Api) -> None:
     urls = await asyncio.gather(*(tap(service, request_id, "telegram:42") for _ in range(8)))
     assert len(set(urls)) == 1
     assert len(await minted(api, request_id)) == 1
+
+
+async def test_a_tap_past_the_deadline_before_the_sweep_expires_it_and_mints_nothing(api: Api) -> None:
+    service = api.app[SERVICE]
+    request_id = await ask(api, "late")
+    async with sweeper_held(api):
+        service.clock = lambda: time.time() + 3600
+        for _ in range(2):  # the first applies the deadline, the second finds it applied
+            with pytest.raises(ExpiredError):
+                await tap(service, request_id, "telegram:42")
+    events = [e["event"] for e in await api.journal(request_id)]
+    assert events.count("expired") == 1 and "link_minted" not in events
+
+
+async def test_a_deadline_passing_between_the_read_and_the_mint_mints_nothing(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = api.app[SERVICE]
+    request_id = await ask(api, "between")
+    read = service.get
+
+    async def read_then_the_deadline(**kwargs: Any) -> Any:
+        view = await read(**kwargs)
+        service.clock = lambda: view.expires_at + 1
+        return view
+
+    async with sweeper_held(api):
+        monkeypatch.setattr(service, "get", read_then_the_deadline)
+        with pytest.raises(ExpiredError):
+            await tap(service, request_id, "telegram:42")
+        monkeypatch.undo()
+    events = [e["event"] for e in await api.journal(request_id)]
+    assert events.count("expired") == 1 and "link_minted" not in events
+

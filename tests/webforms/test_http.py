@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ from conftest import (
     base_config,
     named,
     settings_from,
+    sweeper_held,
     web_app,
 )
-from handraise.core.appkeys import CHANNELS, CONNECTORS, DISPATCHER, STORE
+from handraise.core.appkeys import CHANNELS, CONNECTORS, DISPATCHER, SERVICE, STORE
 from handraise.core.connectors import Connector
 from handraise.core.errors import ConfigError
 from handraise.webforms.connector import WebFormsChannel
@@ -422,6 +424,22 @@ async def test_an_expired_question_is_410(web: Api) -> None:
         assert "This question expired" in page.text and "The time ran out" in page.text
         assert one(page.html, "time").has("datetime")
     assert "response" not in await state(web, request["id"])
+
+
+async def test_a_link_opened_past_the_deadline_before_the_sweep_is_410_expired(web_any_store: Api) -> None:
+    # The deadline has passed and the sweeper has not run: opening the link applies it there and then (journaled
+    # once), and the page and a late post say what they would after the sweep.
+    web = web_any_store
+    request = await ask(web, {"type": "string"}, timeout_seconds=600)
+    path = await mint(web, request["id"])
+    form = await fetch(web, path)
+    async with sweeper_held(web):
+        web.app[SERVICE].clock = lambda: time.time() + 3600
+        for page in (await fetch(web, path), await post(web, path, [(ROOT_NAME, "late")], csrf=csrf_of(form.html))):
+            assert page.status == 410
+            assert "This question expired" in page.text and "The time ran out" in page.text
+    events = [e["event"] for e in await web.journal(request["id"])]
+    assert events.count("expired") == 1 and "answered" not in events
 
 
 async def test_a_cancelled_question_is_410(web: Api) -> None:
