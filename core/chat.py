@@ -327,13 +327,23 @@ class ChatConnector(Connector[RoutedT]):
 
     # -- personal links ------------------------------------------------------------
 
+    def recipient_of(self, sender: Sender) -> str:
+        """How a personal link names the person it was minted for (shown on the form, journaled). One label
+        per person wherever they asked on this channel: reuse matches on it, so two would be two links."""
+        return sender.principal
+
+    def recipient_known_as(self, sender: Sender) -> tuple[str, ...]:
+        """Labels older releases gave the same person's links here: a live one is still handed back."""
+        return ()
+
     async def personal_link(self, *, tenant_id: str, request_id: str, sender: Sender,
-                            recipient: str, kept: str | None = None) -> AnswerOutcome:
+                            kept: str | None = None) -> AnswerOutcome:
         """A one-time form link for this person only (``link``, with ``url`` and ``link_id``), or why not.
 
         The link carries the person: the hosted form records the answer as theirs, through this
         channel. Only people on the allowlist get one, so sharing the chat's message shares nothing.
-        Asked again (a second tap), it is the live link this person was given here before, if unused.
+        Asked again (a second tap, wherever they tap), it is the live link this person was given here
+        before, if unused (``recipient_of`` labels it).
         ``kept``: the id of the link a message already carries, rendered again while its request is
         pending (a quorum tally edit): the same link, neither minted nor journaled again.
         """
@@ -351,8 +361,9 @@ class ChatConnector(Connector[RoutedT]):
             return said("not_authorized", view)
         try:
             minted = await self.service.mint_link(tenant_id=tenant_id, request_id=request_id,
-                                                  principal=f"{self.name}:bot", recipient=recipient,
-                                                  for_principal=sender.principal, reuse=True)
+                                                  principal=f"{self.name}:bot", recipient=self.recipient_of(sender),
+                                                  for_principal=sender.principal, reuse=True,
+                                                  known_as=self.recipient_known_as(sender))
         except NotFoundError:
             return said("not_found")
         except (GoneError, AlreadyAnsweredError):  # answered is a 409 to an agent, not a GoneError

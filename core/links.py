@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from handraise.core.api import LinkView, MintedLink, RequestView, raise_if_terminal
@@ -67,7 +68,7 @@ class LinkDoors:
     async def mint_link(self: RequestService, *, tenant_id: str, request_id: str, principal: str,
                         recipient: str | None = None, forward: bool = False,
                         for_principal: str | None = None, person: str | None = None,
-                        reuse: bool = False) -> MintedLink:
+                        reuse: bool = False, known_as: Sequence[str] = ()) -> MintedLink:
         """A one-time form link. ``forward``: an agent's key minting for the human it serves,
         allowed only on a request that same key created (``created_by == principal``).
         ``for_principal``: a personal link; answers through it are that person's (a chat
@@ -77,7 +78,9 @@ class LinkDoors:
         ``reuse``: the link ``principal`` minted before for the same person and recipient, while it is
         unused and its request pending, rather than a second one (neither inserted nor journaled): a
         person who taps twice, or a delivery tried again, holds one live link. An agent's explicit
-        mint (``POST /v1/requests/{id}/links``) is a fresh link each call."""
+        mint (``POST /v1/requests/{id}/links``) is a fresh link each call. ``known_as``: labels the same
+        recipient's links were stored under before (a connector that renamed how it labels people), found
+        by ``reuse`` too; a new link takes ``recipient``."""
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if forward and view.created_by != principal:
             raise ForbiddenError("a forward key mints links only for requests it created itself")
@@ -92,7 +95,7 @@ class LinkDoors:
         async with self.store.transaction() as conn:
             link_id = await self.store.links.live(conn, tenant_id=tenant_id, request_id=request_id,
                                                   principal=for_principal, recipient=recipient,
-                                                  created_by=principal) if reuse else None
+                                                  created_by=principal, known_as=known_as) if reuse else None
             if link_id is None:
                 link_id = new_id("lnk")
                 await self.store.links.insert(conn, {

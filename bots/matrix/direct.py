@@ -51,8 +51,7 @@ class DirectMessages(HomeserverCalls):
 
     async def _on_link_asked(self, sender: Sender, *, tenant_id: str, request_id: str) -> None:
         """A 📝 on a card: the person's own one-time form link, by direct message (allowlisted people only)."""
-        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                           recipient=sender.principal)
+        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender)
         if outcome.code == "not_authorized":
             await self._tell_stranger(outcome, sender)
             return

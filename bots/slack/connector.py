@@ -283,8 +283,7 @@ class SlackConnector(ChatConnector[SlackSettings]):
                                               principal=sender.principal, rating=rating)
         elif intent == FORM_INTENT:
             # One link per person who asks: a link in the channel message would let any member answer.
-            outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                               recipient=sender.principal)
+            outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender)
         elif intent == MODAL_INTENT:
             outcome = await self._open_modal(body, tenant_id, request_id, sender, token=str(token))
         elif "answer" in intent:

@@ -330,7 +330,8 @@ class TelegramConnector(TelegramInbound):
     async def _form_url(self, view: RequestView, chat_id: int, *, kept: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Where "Open form" leads, and what the delivery keeps of it: never a link that anyone in a group could use.
 
-        In a private chat the chat is the person: their own link. In a group, a deep link to this
+        In a private chat the chat is the person (its id is their user id): their own link, the one
+        "Open form" in a group would get them too (``recipient_of``). In a group, a deep link to this
         bot (``t.me/<bot>?start=<token>``): the person who taps it sends ``/start <token>`` in
         private, and gets a link of their own there if they are on the allowlist. It works for
         people who never opened a private chat with the bot.
@@ -339,7 +340,6 @@ class TelegramConnector(TelegramInbound):
             sender = Sender(str(chat_id), self.principal(str(chat_id)), "")
             link_id = kept.get("link_id")
             outcome = await self.personal_link(tenant_id=view.tenant_id, request_id=view.id, sender=sender,
-                                               recipient=f"telegram chat {chat_id}",
                                                kept=link_id if isinstance(link_id, str) else None)
             if outcome.url:
                 return outcome.url, {"link_id": outcome.link_id}

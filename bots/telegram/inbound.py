@@ -156,6 +156,15 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
             self.log.warning("telegram notice failed: %s", scrub(str(e), self.settings))
         return None
 
+    def recipient_of(self, sender: Sender) -> str:
+        """The person, whichever chat they asked from: a private chat's id is its user's id, so the link in
+        their private chat and the one a group's "Open form" sends them there are one."""
+        return f"telegram user {sender.user_id}"
+
+    def recipient_known_as(self, sender: Sender) -> tuple[str, ...]:
+        # What links minted in a private chat were labelled before (its chat id, which is the user's id).
+        return (f"telegram chat {sender.user_id}",)
+
     async def _on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
         if message is None or message.from_user is None:
@@ -176,8 +185,7 @@ class TelegramInbound(ChatConnector[TelegramSettings]):
             return
         tenant_id, request_id, _ = found
         sender = sender_of(message.from_user)
-        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender,
-                                           recipient=f"telegram user {sender.user_id}")
+        outcome = await self.personal_link(tenant_id=tenant_id, request_id=request_id, sender=sender)
         if outcome.url is None:
             await self._safe(message.reply_text(outcome.message))
             return

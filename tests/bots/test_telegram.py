@@ -136,6 +136,37 @@ async def test_form_answer_with_one_link_per_person_whichever_chat_they_tap_in(s
             assert "Host: db1\nPort: 5432" in text  # field titles, in schema order
 
 
+async def test_one_person_holds_one_link_from_their_private_chat_and_a_groups_deep_link(storage_url: str) -> None:
+    # The question reaches the group and Alice's private chat (whose id is her user id): the link on the
+    # private message and the one "Open form" in the group sends her are one link, labelled by her.
+    tenants = {"acme": {"chat_ids": [CHAT, ALLOWED], "allowed_user_ids": [ALLOWED]}}
+    async with telegram(storage_url, tenants=tenants) as (driver, api):
+        driver.tg.started.add(ALLOWED)  # she started the bot once: it may write to her
+        request = await api.create(ask("one-1", schema={"type": "object", "properties": {"host": {"type": "string"}}}))
+        await api.app[DISPATCHER].idle()
+        rows = await api.app[DELIVERIES].of_request(tenant_id="acme", request_id=request["id"])
+        posts = {r.ref["chat_id"]: Posted(request["id"], r.target, r.ref) for r in rows}
+        assert set(posts) == {CHAT, ALLOWED}
+        in_private = driver.button(posts[ALLOWED], "open form")["url"]
+        assert "/f/" in in_private  # her own link, on the message itself
+        assert await driver.open_form(posts[CHAT]) == in_private
+        minted = [e for e in await api.journal(request["id"]) if e["event"] == "link_minted"]
+        assert [(e["data"]["for"], e["data"]["recipient"]) for e in minted] == [
+            (f"telegram:{ALLOWED}", f"telegram user {ALLOWED}")]
+
+
+async def test_a_link_minted_under_the_private_chats_old_label_is_handed_back(sqlite_url: str) -> None:
+    # Releases before labelled a private chat's link "telegram chat <id>": a live one is still hers.
+    async with telegram(sqlite_url) as (driver, api):
+        request = await api.create(ask("old-1", schema={"type": "object", "properties": {"host": {"type": "string"}}}))
+        posted = await driver.posted(api, request)
+        old = await api.app[SERVICE].mint_link(tenant_id="acme", request_id=request["id"], principal="telegram:bot",
+                                               recipient=f"telegram chat {ALLOWED}",
+                                               for_principal=f"telegram:{ALLOWED}")
+        assert await driver.open_form(posted) == old.url
+        assert len([e for e in await api.journal(request["id"]) if e["event"] == "link_minted"]) == 1
+
+
 async def test_invalid_reply_is_explained_and_the_request_stays_pending(sqlite_url: str) -> None:
     async with telegram(sqlite_url) as (driver, api):
         request = await api.create(ask("i-1", schema={"type": "integer", "minimum": 1, "maximum": 10}))

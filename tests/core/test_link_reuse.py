@@ -170,3 +170,20 @@ async def test_a_deadline_passing_between_the_read_and_the_mint_mints_nothing(
     events = [e["event"] for e in await api.journal(request_id)]
     assert events.count("expired") == 1 and "link_minted" not in events
 
+
+async def test_a_link_under_a_label_the_recipient_had_before_is_found(api: Api) -> None:
+    # A connector that renamed how it labels a person (Telegram's "telegram chat <id>" for a private chat,
+    # now "telegram user <id>") still hands back the live link stored under the old label.
+    service = api.app[SERVICE]
+    request_id = await ask(api, "relabelled")
+    old = await tap(service, request_id, "telegram:42", recipient="telegram chat 42")
+    again = await service.mint_link(tenant_id="acme", request_id=request_id, principal=BOT,
+                                    recipient="telegram user 42", for_principal="telegram:42", reuse=True,
+                                    known_as=("telegram chat 42",))
+    assert again.url == old
+    # Never another person's link under either label.
+    other = await service.mint_link(tenant_id="acme", request_id=request_id, principal=BOT,
+                                    recipient="telegram user 43", for_principal="telegram:43", reuse=True,
+                                    known_as=("telegram chat 42",))
+    assert other.url != old
+    assert [m["recipient"] for m in await minted(api, request_id)] == ["telegram chat 42", "telegram user 43"]
