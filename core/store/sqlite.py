@@ -184,6 +184,13 @@ class _DbThread:
                 future.set_exception(error)
 
 
+async def _others_turn() -> None:
+    # After a unit the loop ran itself, the tasks ready meanwhile run before its caller goes on, as they
+    # did while a hand-off was awaited: a sweep expiring thousands of requests one unit at a time never
+    # holds the loop for the whole of it.
+    await asyncio.sleep(0)
+
+
 async def result(future: asyncio.Future[T]) -> T:
     return await future
 
@@ -233,9 +240,11 @@ class SqliteRunner:
         try:
             if self.thread.try_inline(write=False):
                 try:
-                    return self._read_raw_job(fn, args)
+                    out = self._read_raw_job(fn, args)
                 finally:
                     self.thread.end_inline()
+                await _others_turn()
+                return out
             return await result(self.thread.submit(self._read_raw_job, (fn, args)))
         except sqlite3.Error as e:
             raise_translated_sqlite(e)
@@ -252,6 +261,7 @@ class SqliteRunner:
                 finally:
                     self.thread.end_inline()
                 if done:
+                    await _others_turn()
                     return out
             return await result(self.thread.submit(self._write_raw_job, (fn, args), tx=WriteQueue(), last=True))
         except sqlite3.Error as e:
@@ -325,7 +335,7 @@ class SqliteRunner:
                 raw.rollback()
             raise
 
-    def _write_raw_inline(self, fn: Callable[..., T], args: tuple[Any, ...]) -> tuple[bool, T | None]:
+    def _write_raw_inline(self, fn: Callable[..., T], args: tuple[Any, ...]) -> tuple[bool, Any]:
         """``_write_raw_job`` run by the event loop itself, the thread kept off (``try_inline``): no
         hand-off, no wake-up. ``(False, None)`` when the write lock is another process's (the ``handraise``
         CLI's): nothing ran, and the caller queues the unit for the thread, which waits for the lock."""

@@ -112,6 +112,31 @@ async def test_a_write_lock_held_by_another_process_never_stalls_the_event_loop(
         assert await store.verify_journal() == []
 
 
+async def test_units_the_loop_runs_itself_give_other_tasks_their_turn(sqlite_url: str) -> None:
+    """A loop of units (a sweep expiring many requests) never holds the event loop for all of them: after
+    each, the tasks ready meanwhile run, as they did while a hand-off to the thread was awaited."""
+    async with opened(sqlite_url) as store:
+        await create(store, "0")
+        trips = counting_trips(store)
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        started = turns
+        for i in range(1, 11):
+            assert await create(store, str(i)) is not None
+            assert await store.get_request("t", f"req_{i}") is not None
+        task.cancel()
+        assert trips[0] == 0  # all twenty ran on the loop
+        assert turns - started >= 20
+
+
 async def test_a_unit_waits_behind_an_open_write_transaction_and_a_read_does_not(sqlite_url: str) -> None:
     async with opened(sqlite_url) as store:
         await create(store, "0")
