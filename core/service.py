@@ -265,8 +265,18 @@ class RequestService(Sweeping, LinkDoors):
                                               after=None if after is None else (after.created_at, after.id))
         more = len(rows) > limit
         views = [RequestView.from_row(r) for r in rows[:limit]]
-        last = views[-1] if more else None
-        return views, None if last is None else self._cursors.encode(Position(last.created_at, last.id), scope=scope)
+        now = self.clock()
+        if any(v.status == "pending" and v.expires_at <= now for v in views):
+            # Past its deadline and not yet swept: listed as it is read one at a time (expired, or answered
+            # by its on_timeout policy), and left out of a list of another status. The cursor stays the
+            # last row read, so the next page starts where this one's rows ended.
+            views = [await self._settle(v) for v in views]
+            if status is not None:
+                views = [v for v in views if v.status == status]
+        if not more:
+            return views, None
+        last = rows[limit - 1]
+        return views, self._cursors.encode(Position(last["created_at"], last["id"]), scope=scope)
 
     async def _settle(self, view: RequestView) -> RequestView:
         """A pending request past its deadline is expired now rather than shown as pending."""

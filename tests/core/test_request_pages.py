@@ -123,3 +123,20 @@ async def test_altered_forged_and_foreign_cursors_are_refused_with_the_envelope(
 async def test_a_limit_outside_1_to_500_is_refused(api: Api, limit: str) -> None:
     status, data = await api.call("GET", "/v1/requests", key=AGENT_KEY, params={"limit": limit})
     assert status == 400 and data["error"] == "bad_request" and "limit" in data["message"]
+
+
+async def test_a_request_past_its_deadline_before_the_sweep_is_listed_expired_never_pending(api: Api) -> None:
+    from conftest import sweeper_held
+
+    late, live = await api.create(body("late", timeout_seconds=30)), await api.create(body("live"))
+    service = api.app[SERVICE]
+    async with sweeper_held(api):
+        service.clock = lambda: time.time() + 45  # past late's deadline, not live's; nothing swept
+        # A page whose one row was settled and dropped still hands the cursor on from it: nothing skipped.
+        assert [[r["id"] for r in page] for page in await pages(api, status="pending", limit="1")] == [[], [live["id"]]]
+        status, data = await api.call("GET", "/v1/requests", key=READER_KEY, params={"status": "pending"})
+        assert status == 200 and [r["id"] for r in data["requests"]] == [live["id"]]
+        listed = {r["id"]: r["status"] for r in (await api.call("GET", "/v1/requests", key=READER_KEY))[1]["requests"]}
+        assert listed == {late["id"]: "expired", live["id"]: "pending"}
+    expired = [e for e in await api.journal(late["id"]) if e["event"] == "expired"]
+    assert len(expired) == 1
