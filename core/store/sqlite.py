@@ -66,7 +66,7 @@ class _DbThread:
         self._writes: deque[WriteQueue] = deque()
         self._active: WriteQueue | None = None
         self._stopping = False
-        self._running = False  # the thread is running a job (set and cleared under _cv)
+        self._running = False  # the thread is running a job (set under _cv; cleared once the job's fn returned)
         self._inline = False  # the event loop runs a job itself (try_inline): the thread keeps off
         self._done_lock = threading.Lock()
         self._done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
@@ -251,9 +251,10 @@ class SqliteRunner:
             raise
 
     async def write_raw(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(raw sqlite3 connection, *args)`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT), one
-        submit. Unlike ``write`` it may be called inside an open ``transaction()`` that has run nothing
-        (``SqliteConnection.commit_alone``): that one takes no place in the thread's order."""
+        """``fn(raw sqlite3 connection, *args)`` in a transaction of its own (BEGIN IMMEDIATE … COMMIT): run by
+        the loop itself while the thread is idle, else one submit. Unlike ``write`` it may be called inside an
+        open ``transaction()`` that has run nothing (``SqliteConnection.commit_alone``): that one takes no
+        place in the thread's order."""
         try:
             if self.thread.try_inline(write=True):
                 try:
