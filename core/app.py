@@ -27,6 +27,7 @@ from handraise.core.appkeys import (
     INSTANCE_ID,
     KEYRING,
     METRICS,
+    PRIVATE,
     RUNS,
     SERVICE,
     SETTINGS,
@@ -43,10 +44,12 @@ from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
 from handraise.core.deliveries import DeliveryLog
 from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
+from handraise.core.personal import PrivatePost
 from handraise.core.http import annotations as annotation_routes
 from handraise.core.http import events as events_routes
 from handraise.core.http import health, hitl, home, openapi
 from handraise.core.http import inbox as inbox_routes
+from handraise.core.http import keys as key_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
@@ -101,7 +104,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
                   events_routes.routes, annotation_routes.routes, run_routes.routes, inbox_routes.routes,
-                  hitl.routes):
+                  key_routes.routes, hitl.routes):
         app.router.add_routes(table)
 
     # What channels and the dispatcher use beside the lifecycle, one interface per concept. The service's
@@ -126,6 +129,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     # Only connectors post requests anywhere: the dispatcher never sees a channel that cannot.
     app[CONNECTORS] = connectors = {name: c for name, c in channels.items() if isinstance(c, Connector)}
     service.channel_serves.update({name: c.serves for name, c in channels.items()})
+    # What names a person reaches them alone, on their own channels (core/personal.py).
+    app[PRIVATE] = PrivatePost(settings=settings, connectors=connectors)
     problem = defaults.channel_problem(settings, service.channels_for)
     if problem is not None:
         await http.close()

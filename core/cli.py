@@ -15,7 +15,7 @@ from handraise.core.commands.base import EXIT_ERROR, EXIT_USAGE, say, settings_o
 from handraise.core.commands.client import cmd_answer, cmd_ask, cmd_link, cmd_mcp
 from handraise.core.commands.journal import cmd_journal_anchor, cmd_journal_verify
 from handraise.core.commands.serve import cmd_serve
-from handraise.core.config import ALL_SCOPES
+from handraise.core.scopes import ALL_SCOPES
 from handraise.core.errors import ConfigError, HandraiseError
 
 
@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", help="tenant id (default: the only one configured)")
     create.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(ALL_SCOPES)}")
     create.add_argument("--id", help="key id (default: generated)")
+    create.add_argument("--person", help="bind the key to one of the tenant's people: it acts only as them "
+                                         "(person:<id>); hand it to that person alone")
     create.set_defaults(fn=cmd_keys_create)
     listing = keys.add_parser("list", parents=[common], help="list key ids and scopes")
     listing.set_defaults(fn=cmd_keys_list)

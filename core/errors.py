@@ -12,7 +12,10 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── UnauthorizedError (401 unauthorized)         no or unknown key, with WWW-Authenticate
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
-    │   └── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
+    │   ├── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
+    │   ├── PersonRequiredError (403 person_required)  only a proven person's vote or approval counts
+    │   ├── PersonNotBoundError (403 person_not_bound) a key bound to nobody named a person
+    │   └── PersonMismatchError (403 person_mismatch)  a key bound to one person named another
     ├── NotFoundError (404 not_found)                absent, or another tenant's; no such path
     ├── MethodNotAllowedError (405 method_not_allowed)  with Allow
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
@@ -32,7 +35,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   ├── RateLimitedError (429 rate_limited)
     │   ├── OverloadedError (503 overloaded)          too many writes in flight
     │   └── UnavailableError (503 unavailable)        the store does not answer
-    └── CapabilityNotProvidedError (501 capability_not_provided)
+    ├── CapabilityNotProvidedError (501 capability_not_provided)
+    └── NotDeliveredError (502 not_delivered)        no channel of a person took a private note
 """
 
 from __future__ import annotations
@@ -111,6 +115,25 @@ class NotAssignedError(ForbiddenError):
 
 class FourEyesError(ForbiddenError):
     code = "four_eyes"
+
+
+class PersonRequiredError(ForbiddenError):
+    """A quorum vote, or an approval of a request made on someone's behalf, from someone proven as nobody
+    (a key or session bound to no person, a plain link): it could be anyone, so it counts for no one."""
+
+    code = "person_required"
+
+
+class PersonNotBoundError(ForbiddenError):
+    """A key (or session) bound to no person tried to act as one, or to mint something naming one."""
+
+    code = "person_not_bound"
+
+
+class PersonMismatchError(ForbiddenError):
+    """A key bound to one person named another: it acts only as its own person."""
+
+    code = "person_mismatch"
 
 
 class NotFoundError(HandraiseError):
@@ -209,6 +232,12 @@ class CapabilityNotProvidedError(HandraiseError):
     status = 501
 
 
+class NotDeliveredError(HandraiseError):
+    """A sign-in or link for a person was to go to their own channel and none took it: nothing usable was
+    handed out (the link is never returned instead)."""
+
+    code = "not_delivered"
+    status = 502
 
 
 class UnavailableError(RetryLaterError):
