@@ -16,7 +16,7 @@ from handraise.core.commands.base import (
     tenant_arg,
     with_store,
 )
-from handraise.core.errors import ConfigError, HandraiseError
+from handraise.core.errors import ConfigError, HandraiseError, PersonNotBoundError
 
 
 def cmd_inbox_link(args: argparse.Namespace) -> int:
@@ -38,7 +38,12 @@ def cmd_inbox_link(args: argparse.Namespace) -> int:
         return await InboxAccess(settings=settings, store=store).mint(tenant_id=tenant, name=name,
                                                                      created_by="cli:inbox-link")
 
-    minted = asyncio.run(with_store(settings, mint))
+    try:
+        minted = asyncio.run(with_store(settings, mint))
+    except PersonNotBoundError:
+        raise ConfigError(f"--name {name!r}: that is one of {tenant}'s people, and the CLI's sign-in is an "
+                          "operator's, nobody in particular; give another name, or have them signed in with their "
+                          "own key or on their own channel (POST /v1/inbox/links with person and deliver)") from None
     print(minted.url)
     say(f"a sign-in link to the inbox of {tenant} as operator:{name}: it works once, within "
          f"{duration(settings.inbox.signin_link_seconds)}")

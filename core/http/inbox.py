@@ -38,6 +38,16 @@ class InboxLinkBody(BaseModel):
                                                      "address) instead of returning it: 202 with delivered_to")
 
 
+class DeliveredRecord(BaseModel):
+    """A sign-in or link sent to a person's own channel: where it went, never the link itself."""
+
+    model_config = ConfigDict(title="Delivered")
+
+    delivered_to: str = Field(description="The channel that took it (telegram, slack, matrix, email)")
+    person: str
+    expires_at: str
+
+
 @routes.post("/v1/inbox/links")
 async def mint_inbox_link(request: web.Request) -> web.StreamResponse:
     app = request.app

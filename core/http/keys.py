@@ -26,6 +26,19 @@ class KeyBody(BaseModel):
                                                               "acts only as them (person:<id>); never with ask")
 
 
+class MadeKeyRecord(BaseModel):
+    """``POST /v1/keys``: the key made, with its secret, shown this once."""
+
+    model_config = ConfigDict(title="MadeKey")
+
+    id: str
+    tenant_id: str
+    scopes: list[str]
+    person: str | None = None
+    created_at: str
+    key: str = Field(description="The secret: shown once, only its sha256 is kept")
+
+
 def _shown(row: dict) -> dict:
     out = dict(row)
     for field in ("created_at", "revoked_at"):

@@ -30,6 +30,7 @@ async def people_app(tmp_path: Path, *, globex_people: bool = True) -> AsyncIter
     config["tenants"][0]["keys"] += [person_key(p["id"]) for p in (ALICE, BOB, CAROL)]
     if globex_people:
         config["tenants"][1]["people"] = [GUS]
+        config["tenants"][1]["keys"].append(person_key("gus"))
     async with web_app(settings_from(config)) as api:
         yield api
 
@@ -133,7 +134,12 @@ async def test_form_links_of_people_not_assigned_are_refused(tmp_path: Path) -> 
         assert answered["data"]["person"] == "bob"
 
 
-async def _person_link(api: Api, request_id: str, body: Any, *, key: str = OPERATOR_KEY) -> tuple[int, Any]:
+async def _person_link(api: Api, request_id: str, body: Any, *, key: str | None = None) -> tuple[int, Any]:
+    """Mint a link for ``body["person"]`` with that person's own key (a link that names a person is
+    handed only to them); with the operator's key when the body names nobody of the tenant."""
+    person = body.get("person") if isinstance(body, dict) else None
+    if key is None:
+        key = person_key(person)["key"] if person in ("alice", "bob", "carol") else OPERATOR_KEY
     return await api.call("POST", f"/v1/requests/{request_id}/links", key=key, json=body)
 
 
@@ -181,8 +187,12 @@ async def test_another_tenants_operator_mints_nothing_for_this_tenants_request(t
 
     async with people_app(tmp_path) as api:
         created = await api.create(approval(assign_to=["alice"]))
-        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=OTHER_OPERATOR_KEY)
+        # gus's own key, of globex: acme's request is not there for it.
+        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=person_key("gus")["key"])
         assert status == 404 and data["error"] == "not_found"
+        # globex's operator, bound to nobody, names nobody at all.
+        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=OTHER_OPERATOR_KEY)
+        assert status == 403 and data["error"] == "person_not_bound"
 
 
 async def test_an_escalated_person_may_be_sent_a_link_once_their_step_is_reached(tmp_path: Path) -> None:
