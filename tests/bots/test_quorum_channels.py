@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import OPERATOR_KEY, Api, base_config, running_app, settings_from
+from conftest import Api, base_config, running_app, settings_from
 
 from handraise.core.appkeys import BUS, DISPATCHER, SERVICE
 from handraise.core.events import REQUEST_VOTED
