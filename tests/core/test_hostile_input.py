@@ -347,7 +347,8 @@ async def test_every_tenant_response_and_every_error_says_no_store(sqlite_api: A
 
 
 # ---- callbacks (issue 29)
-# A callback's receiver is an outsider: its answer is read within a size and a time.
+# A callback_url is an outsider's address, and its receiver an outsider: the address is judged with every
+# IPv4 address an IPv6 spelling carries, and the receiver's answer is read within a size and a time.
 
 CALLBACK_SECRET = "cbsec-0123456789abcdef"
 HUGE_BYTES = 200 * 1024 * 1024
@@ -361,6 +362,45 @@ async def callback_api(storage_url: str) -> AsyncIterator[Api]:
                                          "timeout_seconds": 1}
     async with running_app(settings_from(config)) as api:
         yield api
+
+
+NON_PUBLIC_SPELLINGS = [
+    "[::7f00:1]", "[::127.0.0.1]",                   # IPv4-compatible loopback
+    "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",         # IPv4-mapped loopback
+    "[64:ff9b::7f00:1]", "[64:ff9b::127.0.0.1]",     # NAT64's well-known prefix to loopback
+    "[2002:7f00:1::]", "[2002:7f00:1::1]",           # 6to4 through loopback
+    "[64:ff9b::a9fe:a9fe]",                          # NAT64 to the cloud metadata address
+    "[64:ff9b::a00:1]", "[::a00:1]", "[2002:c0a8:101::1]",  # NAT64, compatible, 6to4 to private addresses
+    "[64:ff9b::6440:1]",                             # NAT64 to shared (carrier-grade NAT) space
+    "[64:ff9b::e000:1]", "[2002:e000:1::1]",         # to IPv4 multicast
+    "[64:ff9b::]", "[::]", "[2002::1]",              # to 0.0.0.0
+    "[64:ff9b::f000:1]",                             # to reserved 240.0.0.0/4
+    "[64:ff9b:1::7f00:1]", "[64:ff9b:1:ffff::1]",    # NAT64's local-use prefix, refused whole
+    "[2001:0:4136:e378:8000:63bf:80ff:fffe]",        # Teredo, refused whole
+    "[::ffff:0:7f00:1]",                             # IPv4-translated (SIIT), reserved
+    "[fe80::1%25eth0]",                              # link-local with a zone
+]
+# 93.184.215.14 through NAT64 and 6to4, and a plain public IPv6 address: the embedded address is judged,
+# the spelling itself is not refused.
+PUBLIC_SPELLINGS = ["[64:ff9b::5db8:d70e]", "[2002:5db8:d70e::1]", "[2606:4700::1]"]
+
+
+async def test_ipv6_spellings_are_judged_by_the_ipv4_they_carry_at_create(callback_api: Api) -> None:
+    accepted = []
+    for host in NON_PUBLIC_SPELLINGS:
+        status, data = await callback_api.call("POST", "/v1/requests", json=create_body(
+            callback_url=f"https://{host}/cb"))
+        if status != 422:
+            accepted.append((host, status))
+            continue
+        assert data["error"] == "validation_error"
+        [problem] = data["details"]["fields"]
+        assert problem["field"] == "callback_url" and "loopback, private or reserved" in problem["message"], data
+    assert accepted == []
+    for host in PUBLIC_SPELLINGS:
+        status, data = await callback_api.call("POST", "/v1/requests", json=create_body(
+            callback_url=f"https://{host}/cb"))
+        assert status == 201 and data["callback_host"] == host, data
 
 
 @dataclass
