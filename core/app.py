@@ -227,9 +227,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         raise
     yield
     await app[SERVICE].drain()
-    await app[HTTP_SESSION].close()
-    if app[DISPATCHER].http is not None:
-        await app[DISPATCHER].http.close()
+    await app[HTTP_SESSION].close()  # callbacks' own sessions last one attempt each: nothing else to close
     await app[STORE].close()
 
 

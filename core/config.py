@@ -296,6 +296,7 @@ class CallbackSettings(_Section):
     # Hosts a callback may reach over plain http or at a loopback/private address (tests, an
     # agent beside the server). Anything else must be https to a public address.
     allow_hosts: list[str] = Field(default_factory=list, max_length=100)
+    # One POST, connect to the last byte read; at most core/signedpost.py MAX_EXCHANGE_SECONDS.
     timeout_seconds: float = Field(default=10.0, gt=0, le=60)
 
     @field_validator("allow_hosts")
