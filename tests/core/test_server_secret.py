@@ -121,3 +121,15 @@ def test_a_secret_given_inline_has_no_file(tmp_path: Path, monkeypatch: pytest.M
     assert secret_location(settings) is None
     assert load_server_secret(settings).fingerprint == ServerSecret(OLD_RAW).fingerprint
     assert not (tmp_path / "config").exists()
+
+
+def test_a_config_folder_that_cannot_be_made_is_one_line_naming_the_secret(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the config folder should be")
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(blocker), "XDG_DATA_HOME": str(tmp_path / "data")}
+    done = _handraise("keys", "list", env=env, cwd=tmp_path)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"server secret {blocker / 'handraise' / 'server-secret'}: cannot be read or made" in lines[0]
+    assert "[security] secret_file" in lines[0]
