@@ -59,7 +59,7 @@ from handraise.core.http.middleware import api_middleware, error_middleware, for
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
-from handraise.core.serversecret import ServerSecret, load_server_secret
+from handraise.core.serversecret import ServerSecret, load_server_secret, secret_location
 from handraise.core.runs import RunService
 from handraise.core.service import RequestService
 from handraise.core.signingkey import SigningKey
@@ -178,10 +178,11 @@ def _storage_names(settings: Settings) -> tuple[str, str]:
 def _server_secret(settings: Settings) -> ServerSecret:
     try:
         return load_server_secret(settings)
-    except OSError as e:  # by default the secret file sits beside the SQLite file: the same folder problems
-        where, shown = _storage_names(settings)
-        raise UnavailableError(f"storage.url {shown}: cannot open the store ({e}); check {where} "
-                               "or [security] secret_file") from e
+    except OSError as e:  # the secret's folder (the user's config folder by default) cannot be made or read
+        location = secret_location(settings)
+        shown = location.path if location else "[security] secret"
+        raise UnavailableError(f"server secret {shown}: cannot be read or made ({e}); check [security] "
+                               "secret_file (HANDRAISE_SECURITY__SECRET_FILE) and its folder") from e
 
 
 async def open_store(settings: Settings, store: Store | None = None) -> Store:

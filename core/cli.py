@@ -31,7 +31,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for finding in findings:
         print(finding.line(), flush=True)
     problems = sum(not f.ok for f in findings)
-    say(f"{problems} problem(s); each FAIL line says how to fix it" if problems else "every check passed")
+    warnings = sum(f.warning for f in findings)
+    advice = f"; {warnings} warning(s): each WARN line says what to change" if warnings else ""
+    say(f"{problems} problem(s); each FAIL line says how to fix it{advice}" if problems
+        else f"every check passed{advice}")
     return EXIT_ERROR if problems else 0
 
 

@@ -169,7 +169,7 @@ class SecuritySettings(_Section):
     # or let secret_file hold it (created 0600 on first start when absent). Every instance sharing
     # one database needs the same secret.
     secret: SecretStr | None = None
-    # Default: beside the SQLite file; with PostgreSQL, handraise/secret in the user's data directory.
+    # Default: server-secret in the user's config folder, apart from the database (core/serversecret.py).
     secret_file: str | None = None
 
     @field_validator("secret")
