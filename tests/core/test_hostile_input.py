@@ -20,6 +20,10 @@ import pytest
 from aiohttp import ClientSession
 from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, settings_from, web_app
 
+from handraise.core.appkeys import BUS, SERVICE
+from handraise.core.chat import read_reply
+from handraise.core.errors import InvalidAnswerError
+from handraise.core.schema.messages import problem
 from handraise.webforms.render import CSRF_FIELD, ROOT_NAME
 from tests.webforms.html_tools import csrf_of, visible_text
 from tests.webforms.test_inbox_http import signed_in
@@ -344,9 +348,11 @@ async def test_every_tenant_response_and_every_error_says_no_store(sqlite_api: A
 # ---- forms, UTF-8 and integers (issue 29)
 #
 # A broken multipart body was a 500 on the hosted form and the inbox; %FF%FE in a form was stored as
-# "\ufffd\ufffd". Every case runs on both stores, through every surface that takes it, and checks that nothing was
+# "\ufffd\ufffd"; 1e300 passed {"type": "integer"} (and 1e17 given for a number was a 500) while 2**53 + 1 was
+# a 422. Every case runs on both stores, through every surface that takes it, and checks that nothing was
 # stored (the request still pending, no answer, nothing journaled) and that a correct answer is taken after.
 
+TOO_BIG = "Enter a number between -9007199254740991 and 9007199254740991."
 NOT_UTF8 = "the form must be sent as UTF-8 text"
 
 
@@ -540,3 +546,151 @@ async def test_a_body_cut_off_by_the_client_leaves_the_request_pending(forms: Ap
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert (await _send(forms.session, forms.url(path), {CSRF_FIELD: csrf, ROOT_NAME: "later"}, None))[0] == 200
     assert await _answered(forms, request) == "later"
+
+
+# Every spelling of a number past ±(2**53 - 1): one rule for integers and numbers alike.
+PAST_EXACT = ["1e300", "-1e300", "1e17", "9007199254740992.0", "9007199254740992", "-9007199254740993",
+              "1.7976931348623157e308"]
+NUMBERS = {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}}}
+
+
+async def test_numbers_past_2_53_are_invalid_answers_however_written(api: Api) -> None:
+    request = await api.create(create_body(schema=NUMBERS))
+    for raw in PAST_EXACT:
+        for field in ("n", "x"):
+            status, body = await post_raw(api, "/api/human-feedback/submit",
+                                          '{"unique_id": "%s", "response": {"%s": %s}}' % (
+                                              request["unique_id"], field, raw), key=OPERATOR_KEY)
+            assert status == 422 and body["error"] == "invalid_answer", (raw, field, body)
+            assert body["details"]["fields"] == [{"field": field, "message": TOO_BIG}], (raw, field, body)
+            status, now = await api.call("GET", f"/v1/requests/{request['id']}", key=READER_KEY)
+            assert now["status"] == "pending" and now.get("response") is None
+    # 3.0 is the integer 3 (JSON Schema), and the agent gets 3; the bounds themselves are taken.
+    raw = '{"unique_id": "%s", "response": {"n": 3.0, "x": 9007199254740991.0}}' % request["unique_id"]
+    status, body = await post_raw(api, "/api/human-feedback/submit", raw, key=OPERATOR_KEY)
+    assert status == 200, body
+    answer = await _answered(api, request)
+    assert answer == {"n": 3, "x": 9007199254740991} and type(answer["n"]) is int
+    waited = await api.wait(request["id"])
+    assert waited["response"] == {"n": 3, "x": 9007199254740991}
+
+
+async def test_a_primitive_integer_answer_of_1e300_is_invalid(api: Api) -> None:
+    request = await api.create(create_body(schema={"type": "integer"}))
+    status, body = await post_raw(api, "/api/human-feedback/submit",
+                                  '{"unique_id": "%s", "response": 1e300}' % request["unique_id"], key=OPERATOR_KEY)
+    assert status == 422 and body["details"]["fields"] == [{"field": "", "message": TOO_BIG}]
+    status, now = await api.call("GET", f"/v1/requests/{request['id']}", key=READER_KEY)
+    assert now["status"] == "pending" and now.get("response") is None
+    assert (await api.submit(request["unique_id"], 7))[0] == 200
+    assert await _answered(api, request) == 7
+
+
+@pytest.mark.parametrize(("schema", "where"), [
+    ({"type": "integer", "maximum": 1e300}, "schema.maximum"),
+    ({"type": "integer", "minimum": -1e300}, "schema.minimum"),
+    ({"type": "number", "maximum": 1e308}, "schema.maximum"),
+    ({"type": "number", "exclusiveMaximum": 1e17}, "schema.exclusiveMaximum"),
+    ({"type": "integer", "default": 9007199254740992.0}, "schema.default"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "maximum": 1e300}}}, "schema.properties.n.maximum"),
+])
+async def test_a_schema_bound_past_2_53_is_invalid_schema_however_written(api: Api, schema: dict[str, Any],
+                                                                          where: str) -> None:
+    status, body = await api.call("POST", "/v1/requests", json=create_body(schema=schema))
+    assert status == 422 and body["error"] == "invalid_schema", body
+    assert body["message"].startswith(f"{where}: is too large to be exact")
+
+
+async def test_bounds_within_the_exact_range_are_taken_and_worded_plainly(api: Api) -> None:
+    request = await api.create(create_body(schema={"type": "number", "minimum": -1e15, "maximum": 9e15}))
+    status, body = await api.submit(request["unique_id"], 9.001e15)
+    assert status == 422 and body["details"]["fields"] == [
+        {"field": "", "message": "Enter a number from -1000000000000000 to 9000000000000000."}]
+    assert (await api.submit(request["unique_id"], 8.5e15))[0] == 200
+
+
+def test_a_bound_stored_before_the_rule_is_worded_with_its_exponent() -> None:
+    """A schema created before issue 29 may hold maximum 1e300: its sentence is short, never 301 digits."""
+    assert problem("maximum", {"type": "number", "maximum": 1e300}) == "Enter a number of at most 1e+300."
+    assert problem("maximum", {"type": "integer", "maximum": 40.0}) == "Enter a whole number of at most 40."
+
+
+async def test_a_default_answer_past_2_53_is_refused_at_create(api: Api) -> None:
+    status, body = await api.call("POST", "/v1/requests", json=create_body(
+        schema={"type": "number"}, on_timeout={"default": 1e17}))
+    assert status == 422 and TOO_BIG in json.dumps(body), body
+
+
+async def test_the_hosted_form_and_the_inbox_refuse_1e300_for_an_integer(forms: Api) -> None:
+    schema = {"type": "object", "properties": {"count": {"type": "integer", "title": "How many"},
+                                               "size": {"type": "number", "title": "How big"}}}
+    for typed in ("1e300", "9007199254740992", "1e17"):
+        for field in ("count", "size"):
+            request, path, csrf = await _link(forms, schema)
+            status, _, html = await _send(forms.session, forms.url(path), {CSRF_FIELD: csrf, field: typed}, None)
+            assert status == 422 and TOO_BIG in visible_text(html), (typed, field, visible_text(html))
+            status, now = await forms.call("GET", f"/v1/requests/{request['id']}", key=READER_KEY)
+            assert now["status"] == "pending" and now.get("response") is None
+    status, _, _ = await _send(forms.session, forms.url(path), {CSRF_FIELD: csrf, "count": "3.0", "size": "2.5"},
+                               None)
+    assert status == 200 and await _answered(forms, request) == {"count": 3, "size": 2.5}
+    async with signed_in(forms) as browser:
+        request = await forms.create(create_body(schema=schema))
+        page = f"/inbox/r/{request['id']}"
+        await browser.get(page)
+        status, html, _ = await browser.post(page, {"count": "1e300"})
+        assert status == 422 and TOO_BIG in visible_text(html)
+        status, now = await forms.call("GET", f"/v1/requests/{request['id']}", key=READER_KEY)
+        assert now["status"] == "pending" and now.get("response") is None
+        status, _, _ = await browser.post(page, {"count": "3.0"})
+        assert status == 303 and await _answered(forms, request) == {"count": 3}
+
+
+async def test_a_chat_reply_of_1e300_for_an_integer_is_invalid(api: Api) -> None:
+    service = api.app[SERVICE]
+    for schema, typed, field in [({"type": "integer"}, "1e300", ""),
+                                 ({"type": "number"}, "1e17", ""),
+                                 ({"type": "object", "properties": {"n": {"type": "integer"}}}, "n: 1e300", "n")]:
+        request = await api.create(create_body(schema=schema))
+        view = await service.get(tenant_id="acme", request_id=request["id"])
+        answer, problems = read_reply(view, typed)
+        assert problems is None, problems
+        with pytest.raises(InvalidAnswerError) as refused:
+            await service.submit(tenant_id="acme", request_id=request["id"], response=answer,
+                                 principal="telegram:42", channel="telegram")
+        assert refused.value.fields == [{"field": field, "message": TOO_BIG}], typed
+        status, now = await api.call("GET", f"/v1/requests/{request['id']}", key=READER_KEY)
+        assert now["status"] == "pending" and now.get("response") is None
+        answer, _ = read_reply(view, typed.replace("1e300", "3.0").replace("1e17", "3.0"))
+        await service.submit(tenant_id="acme", request_id=request["id"], response=answer, principal="telegram:42",
+                             channel="telegram")
+        assert await _answered(api, request) == ({"n": 3} if field else 3)
+
+
+async def test_an_mcp_tool_gets_no_1e300_for_an_integer(api: Api) -> None:
+    from .test_mcp import http_session
+
+    refusals: list[tuple[int, Any]] = []
+
+    async def human(request: dict[str, Any]) -> None:
+        raw = '{"unique_id": "%s", "response": 1e300}' % request["unique_id"]
+        refusals.append(await post_raw(api, "/api/human-feedback/submit", raw, key=OPERATOR_KEY))
+        await _still_pending(api, request, "1e300 over MCP", unread=False)
+        assert (await api.submit(request["unique_id"], 3.0))[0] == 200
+
+    async with http_session(api) as session:
+        with api.app[BUS].subscribe(tenant_id="acme", types={"request.created"}) as sub:
+            call = asyncio.ensure_future(session.call_tool("ask_human", {
+                "question": "How many?", "timeout_seconds": 60, "schema": {"type": "integer"}}))
+            created = await asyncio.wait_for(sub.queue.get(), 30)
+            await human(created.data)
+            result = await asyncio.wait_for(call, 30)
+        assert refusals[0][0] == 422 and refusals[0][1]["details"]["fields"] == [{"field": "", "message": TOO_BIG}]
+        assert not result.is_error and result.structured_content["answer"] == 3
+        assert type(result.structured_content["answer"]) is int
+        refused = await session.call_tool("ask_human", {"question": "How many?", "schema": {
+            "type": "integer", "maximum": 1e300}})
+        assert refused.is_error
+        assert refused.content[0].text.startswith("invalid_schema: schema.maximum: is too large to be exact")
+        refused = await session.call_tool("ask_human", {"question": "How long?", "timeout_seconds": 1e300})
+        assert refused.is_error and "timeout_seconds" in refused.content[0].text
