@@ -8,7 +8,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     HandraiseError (500 internal)
     ├── ConfigError                      bad configuration (never reaches HTTP)
     ├── ConnectorError                   a messenger library failed (wrapped once)
-    ├── BadRequestError (400 bad_request)            malformed JSON, bad query
+    ├── BadRequestError (400 bad_request)            malformed JSON, bad query, a form that cannot be read
+    │   └── NotUtf8Error (400 bad_request)           a posted form whose bytes or charset are not UTF-8
     ├── UnauthorizedError (401 unauthorized)         no or unknown key, with WWW-Authenticate
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
@@ -91,6 +92,10 @@ class ConnectorError(HandraiseError):
 class BadRequestError(HandraiseError):
     code = "bad_request"
     status = 400
+
+
+class NotUtf8Error(BadRequestError):
+    """The API's code, but its own page: the hosted form tells the person the form must be UTF-8."""
 
 
 class UnauthorizedError(HandraiseError):
