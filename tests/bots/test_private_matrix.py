@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from conftest import Api, base_config, running_app, settings_from
+from conftest import running_app
 from handraise.bots.matrix import MatrixConnector
 from handraise.webforms.connector import WebFormsChannel
 from harness.fixtures import synapse  # noqa: F401  (registers the session fixture)
-from harness.synapse import SynapseServer, unique_localpart
-from tests.bots.matrix_helpers import PASSWORD, Human, bot_creates_room
 from tests.bots.private_helpers import (
     Note,
     approval,
@@ -28,48 +23,15 @@ from tests.bots.private_helpers import (
     prove_delivered_privately,
     token_of,
 )
-from tests.bots.test_matrix_direct import client_api, started
+from tests.bots.test_matrix_direct import World, client_api, started, world  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(90)
 
-# A user this Synapse never registered: no direct room can be opened with them.
-GHOST = "@ghost-never-registered:localhost"
-
-
-@dataclass
-class World:
-    synapse: SynapseServer
-    bot_id: str
-    bot_token: str
-    alice: Human
-    stranger: Human
-    room_id: str
-    tmp_path: Path
-
-
-@pytest.fixture
-async def world(synapse: SynapseServer, tmp_path: Path) -> AsyncIterator[World]:  # noqa: F811
-    bot_id, bot_token, _ = synapse.register_user(unique_localpart("bot"), PASSWORD)
-    alice, stranger = Human(synapse, "alice"), Human(synapse, "stranger")
-    room_id = await bot_creates_room(synapse, bot_token, bot_id, room_version=None, invite=[alice.user_id])
-    await alice.join(room_id)
-    try:
-        yield World(synapse, bot_id, bot_token, alice, stranger, room_id, tmp_path)
-    finally:
-        for human in (alice, stranger):
-            await human.client.close()
-
 
 def matrix_app(world: World) -> Any:
-    config = base_config(f"sqlite:///{world.tmp_path / 'handraise.db'}")
-    config["tenants"][0]["people"] = [
-        {"id": "alice", "name": "Alice Example", "matrix": world.alice.user_id},
-        {"id": "ghost", "name": "Ghost", "matrix": GHOST},
-    ]
-    config["matrix"] = {"homeserver": world.synapse.base_url, "user_id": world.bot_id,
-                        "access_token": world.bot_token,
-                        "tenants": {"acme": {"room_ids": [world.room_id], "allowed_users": ["alice"]}}}
-    return running_app(settings_from(config), connector_classes=[WebFormsChannel, MatrixConnector])
+    """The app with the web channel (forms, inbox) and Matrix; alice may answer in acme's room, and ghost is a
+    Matrix user this Synapse never registered."""
+    return running_app(world.settings(), connector_classes=[WebFormsChannel, MatrixConnector])
 
 
 async def members(world: World, room_id: str) -> set[str]:
