@@ -10,7 +10,6 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
