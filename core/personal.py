@@ -25,11 +25,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PrivateNote:
-    """What the person reads: a sentence or two (``text``, from core.wording), and one link with its label."""
+    """What the person reads: a sentence or two (``text``, from core.wording), and one link with its label;
+    ``title`` heads it where a channel shows a heading apart (a mail's subject). None of them holds the link
+    but ``url``."""
 
     text: str
     url: str
     button: str
+    title: str = ""
 
 
 class PrivatePost:

@@ -47,6 +47,8 @@ TEXTS: dict[str, str] = {
     "signin_note": "Your own sign-in link to the Handraise inbox: it works once, only for you, for a short while. "
                    "If you did not ask for it, ignore it.",
     "signin_button": "Sign in to the inbox",
+    "signin_title": "Your sign-in link to the Handraise inbox",
+    "link_title": "Your own link to answer a question",
     "link_button": "Open form",
     "person_required": "Only someone this team lists by name may approve this, and this account is not one of "
                        "them. Nothing was changed.",

@@ -65,7 +65,8 @@ async def mint_inbox_link(request: web.Request) -> web.StreamResponse:
         channels = private.check(principal.tenant_id, person)
         minted = await inbox.mint(tenant_id=principal.tenant_id, person=person, created_by=principal.name,
                                   scopes=principal.scopes, delivered_to=channels[0])
-        note = PrivateNote(text=wording.text("signin_note"), url=minted.url, button=wording.text("signin_button"))
+        note = PrivateNote(text=wording.text("signin_note"), url=minted.url, button=wording.text("signin_button"),
+                           title=wording.text("signin_title"))
         sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels)
         if sent is None:
             raise NotDeliveredError(f"the sign-in link could not be sent to {person}: none of their channels "
