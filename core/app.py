@@ -130,7 +130,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app[CONNECTORS] = connectors = {name: c for name, c in channels.items() if isinstance(c, Connector)}
     service.channel_serves.update({name: c.serves for name, c in channels.items()})
     # What names a person reaches them alone, on their own channels (core/personal.py).
-    app[PRIVATE] = PrivatePost(settings=settings, connectors=connectors)
+    app[PRIVATE] = PrivatePost(settings=settings, connectors=connectors, journal=service.journal)
     problem = defaults.channel_problem(settings, service.channels_for)
     if problem is not None:
         await http.close()

@@ -120,12 +120,12 @@ class InboxAccess:
 
     async def mint(self, *, tenant_id: str, name: str | None = None, person: str | None = None, created_by: str,
                    scopes: frozenset[str] | set[str] = frozenset(SESSION_SCOPES),
-                   delivered_to: str | None = None) -> MintedSignin:
+                   private: bool = False) -> MintedSignin:
         """``scopes``: the minter's; the session gets answer and read, and annotate if the minter had it.
 
         ``person``: the session will act as that person. The caller has proven the link reaches only
-        them (their own key asks, or it goes to their own channel: ``delivered_to`` names which, for the
-        journal); this only checks they are the tenant's. A name that is one of the tenant's people's ids
+        them (their own key asks, or it goes to their own channel: ``private``, journaled where it went by
+        core/personal.py); this only checks they are the tenant's. A name that is one of the tenant's people's ids
         is refused for an operator session: it would read as that person and be nobody."""
         tenant = self.settings.tenant(tenant_id)
         if tenant is None:
@@ -151,7 +151,7 @@ class InboxAccess:
                "created_at": now, "person": person,
                "expires_at": now + self.settings.inbox.signin_link_seconds, "used_at": None}
         data = {"signin_id": row["id"], "for": principal_of(name, person),
-                **({"delivered_to": delivered_to} if delivered_to else {})}
+                **({"private": True} if private else {})}
         async with self.store.transaction() as conn:
             await self.store.inbox.insert_signin(conn, row)
             await self.store.append_journal(conn, tenant_id=tenant_id, event="inbox_link_minted",

@@ -10,7 +10,7 @@ privately (``Connector.send_private``); one that cannot says so, and the next is
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from handraise.core.connectors import Connector
 
 log = logging.getLogger(__name__)
+
+Journal = Callable[..., Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,11 @@ class PrivateNote:
 class PrivatePost:
     """Sends a note to a person on the first of their own channels that takes it."""
 
-    def __init__(self, *, settings: Settings, connectors: Mapping[str, Connector[Any]]) -> None:
+    def __init__(self, *, settings: Settings, connectors: Mapping[str, Connector[Any]], journal: Journal) -> None:
         self.settings = settings
         self.connectors = connectors
+        # The lifecycle's journal (RequestService.journal): where each note went, or that none took it.
+        self.journal = journal
 
     def reachable(self, tenant_id: str, person_id: str) -> list[str]:
         """The channels that may reach ``person_id`` privately, in the order tried: each enabled connector
@@ -62,19 +66,28 @@ class PrivatePost:
             raise ValidationFailedError(f"{field}: {message}", fields=[{"field": field, "message": message}])
         return channels
 
-    async def send(self, *, tenant_id: str, person_id: str, note: PrivateNote,
+    async def send(self, *, tenant_id: str, person_id: str, note: PrivateNote, principal: str,
+                   about: Mapping[str, str], request_id: str | None = None,
                    channels: Sequence[str] | None = None) -> str | None:
-        """The channel that took the note, or None when none did (each failure logged, never the link)."""
+        """The channel that took the note, or None when none did (each failure logged, never the link).
+
+        Journaled as ``sent_privately`` (the channel that took it) or ``not_delivered`` (the channels
+        tried), with ``about`` (the sign-in's or link's id) and the person, on behalf of ``principal``."""
         tenant = self.settings.tenant(tenant_id)
         person = tenant.person(person_id) if tenant is not None else None
-        if person is None:
-            return None
-        for name in channels if channels is not None else self.reachable(tenant_id, person_id):
+        tried = list(channels if channels is not None else self.reachable(tenant_id, person_id))
+        taken = None
+        for name in tried if person is not None else []:
             try:
                 if await self.connectors[name].send_private(person, tenant_id=tenant_id, note=note):
                     log.info("private note sent", extra={"channel": name, "tenant_id": tenant_id})
-                    return name
+                    taken = name
+                    break
             except ConnectorError as e:
                 log.warning("private note failed", extra={"channel": name, "tenant_id": tenant_id,
                                                           "error": e.message})
-        return None
+        data = {**about, "for": f"person:{person_id}",
+                **({"channel": taken} if taken is not None else {"channels": tried})}
+        await self.journal(tenant_id=tenant_id, event="sent_privately" if taken else "not_delivered",
+                           request_id=request_id, principal=principal, channel="api", data=data)
+        return taken

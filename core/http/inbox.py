@@ -64,10 +64,11 @@ async def mint_inbox_link(request: web.Request) -> web.StreamResponse:
     if person is not None and body.deliver:
         channels = private.check(principal.tenant_id, person)
         minted = await inbox.mint(tenant_id=principal.tenant_id, person=person, created_by=principal.name,
-                                  scopes=principal.scopes, delivered_to=channels[0])
+                                  scopes=principal.scopes, private=True)
         note = PrivateNote(text=wording.text("signin_note"), url=minted.url, button=wording.text("signin_button"),
                            title=wording.text("signin_title"))
-        sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels)
+        sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels,
+                                  principal=principal.name, about={"signin_id": minted.id})
         if sent is None:
             raise NotDeliveredError(f"the sign-in link could not be sent to {person}: none of their channels "
                                           f"({', '.join(channels)}) took it; nothing usable was handed out")

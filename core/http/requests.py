@@ -192,12 +192,13 @@ async def deliver_link(request: web.Request, principal: Principal, request_id: s
     service, private = request.app[SERVICE], request.app[PRIVATE]
     channels = private.check(principal.tenant_id, person)
     link = await service.mint_link(tenant_id=principal.tenant_id, request_id=request_id, principal=principal.name,
-                                   person=person, recipient=f"{channels[0]}:{person}")
+                                   person=person, recipient=f"private:{person}")
     view = await service.get(tenant_id=principal.tenant_id, request_id=request_id, with_deliveries=False)
     question = wording.text("sensitive_question") if view.sensitive else view.message_for_user[:500]
     note = PrivateNote(text=f"{question}\n\n{wording.text('link')}", url=link.url, button=wording.text("link_button"),
                        title=wording.text("link_title"))
-    sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels)
+    sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels,
+                              principal=principal.name, about={"link_id": link.link_id}, request_id=request_id)
     if sent is None:
         raise NotDeliveredError(f"the link could not be sent to {person}: none of their channels "
                                 f"({', '.join(channels)}) took it; nothing usable was handed out")

@@ -206,10 +206,9 @@ async def test_a_refusing_channel_hands_the_note_to_the_persons_next_one(
         status, body = await deliver_signin(api, "carol")
         assert (status, body["delivered_to"]) == (202, "email")
         assert "/inbox/signin/" in (await mailbox.one_new()).url
-        # The journal says where each went.
-        minted = [e.data for e in await api.app[STORE].journal_entries(tenant_id="acme")
-                  if e.event == "inbox_link_minted"]
-        assert minted[-1]["for"] == "person:carol"
+        # The journal says where each went: the channel that took it, not the first one tried.
+        sent = [e.data for e in await api.app[STORE].journal_entries(tenant_id="acme") if e.event == "sent_privately"]
+        assert [(d["for"], d["channel"]) for d in sent[-2:]] == [("person:bob", "slack"), ("person:carol", "email")]
 
 
 async def test_with_no_channel_left_nothing_is_handed_out(sqlite_url: str, smtp_server: SmtpRecorder) -> None:  # noqa: F811

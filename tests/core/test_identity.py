@@ -229,9 +229,13 @@ async def test_links_and_sign_ins_delivered_to_the_persons_own_channel(iapi: Api
     assert status == 202 and body == {"delivered_to": "telegram", "person": "alice",
                                       "expires_at": body["expires_at"]}
     assert await signin_as(iapi, connector.notes[-1][2].url) == "person:alice"
-    minted = [e.public_data() for e in await iapi.app[STORE].journal_entries(tenant_id="acme")
-              if e.event == "inbox_link_minted"]
-    assert minted[-1]["for"] == "person:alice" and minted[-1]["delivered_to"] == "telegram"
+    entries = await iapi.app[STORE].journal_entries(tenant_id="acme")
+    minted = [e.public_data() for e in entries if e.event == "inbox_link_minted"]
+    assert minted[-1]["for"] == "person:alice" and minted[-1]["private"] is True
+    sent = [(e.principal, e.public_data()) for e in entries if e.event == "sent_privately"]
+    assert sent[-1] == ("person:bob", {"signin_id": minted[-1]["signin_id"], "for": "person:alice",
+                                       "channel": "telegram", "person": "bob"})  # bob had it sent
+    assert sent[0][1]["channel"] == "telegram" and "link_id" in sent[0][1]
 
 
 async def test_delivery_that_reaches_nobody_hands_out_nothing(iapi: Api) -> None:
@@ -244,6 +248,9 @@ async def test_delivery_that_reaches_nobody_hands_out_nothing(iapi: Api) -> None
     status, body = await iapi.call("POST", f"/v1/requests/{req['id']}/links",
                                    json={"person": "alice", "deliver": True}, key=OPERATOR_KEY)
     assert (status, body["error"]) == (502, "not_delivered") and "url" not in body["message"]
+    failed = [e.public_data() for e in await iapi.app[STORE].journal_entries(tenant_id="acme")
+              if e.event == "not_delivered"]
+    assert failed == [{"link_id": failed[0]["link_id"], "for": "person:alice", "channels": ["telegram"]}]
 
 
 # -- bad input -----------------------------------------------------------------------------------
