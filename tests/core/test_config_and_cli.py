@@ -39,7 +39,7 @@ def _model_keys(model: type[BaseModel]) -> set[str]:
 def test_example_config_loads_and_documents_every_core_key() -> None:
     settings = load_settings(EXAMPLE, environ={})
     raw = tomllib.loads(EXAMPLE.read_text())
-    for section in ("server", "storage", "feedback", "limits", "logging"):
+    for section in ("server", "storage", "feedback", "limits", "logging", "oidc"):
         model = type(getattr(settings, section))
         assert set(raw[section]) == _model_keys(model), section
     tenant = raw["tenants"][0]

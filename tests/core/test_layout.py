@@ -19,9 +19,9 @@ CORE = ROOT / "core"
 # annotations only, do not count).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.split())) for name, units in (
     # Words and rules everything uses: errors, text, canonical JSON, configuration (with the escalation
-    # schedule and the key scopes it checks), the tables' shape.
+    # schedule, the key scopes and the [oidc] table it checks), the tables' shape.
     ("basics", "errors text canonical jsontext problems i18n cursors attempts backoff redaction config serversecret "
-               "sealing people names models schedule scopes"),
+               "sealing people names models schedule scopes oidcsettings"),
     # The form-schema subset, and the answer policies built on it (the deadline, proposals).
     ("schema", "schema timeouts proposals"),
     # Storage: the store and its migrations.
