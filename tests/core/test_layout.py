@@ -32,9 +32,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.sp
     # What the lifecycle hands around: views and bodies, the words people read, events, the app's typed keys.
     ("shapes", "api wording signedpost events appkeys logs defaults"),
     # The lifecycle: requests, annotations, runs, the inbox's access, the HITL protocol, callbacks, metrics,
-    # escalation on the clock, quorum votes, the views held for the call that comes next, stored keys.
+    # escalation on the clock, quorum votes, the views held for the call that comes next, stored keys,
+    # sign-ins through the identity provider.
     ("lifecycle", "service held links sweeper annotations runs inbox hitl callbacks metrics escalation quorum "
-                  "apikeys"),
+                  "apikeys oidc"),
     # Reaching humans: channels, connectors, the dispatcher (its recovery pass, what a bounce sets off),
     # the shared chat-answer path, its outcomes and rating buttons, private notes to a person's own channels.
     ("delivery", "channels connectors dispatch recovery bounces chat outcomes ratings personal"),
