@@ -118,7 +118,7 @@ async def test_a_person_signs_in_by_verified_email_and_answers_as_themselves(
         oidc_provider: OidcProviderServer, storage_url: str) -> None:
     async with oidc_app(oidc_provider, storage_url) as flow:
         status, page, headers = await flow.get("/inbox")
-        assert status == 401 and "Sign in with Test SSO" in page and 'action="/inbox/login"' in page
+        assert status == 401 and "Sign in with Test SSO" in page and '<a class="button" href="/inbox/login">Sign in with Test SSO</a>' in page
 
         authorize = await flow.start()
         query = parse_qs(urlsplit(authorize).query)
