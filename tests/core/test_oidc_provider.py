@@ -109,6 +109,8 @@ class FakeProviderDocuments:
         self.jwks: Any = {"keys": [KEY.as_dict(private=False)]}
         # Sent in chunks without a Content-Length: only reading it tells its size.
         self.chunked = False
+        self.userinfo: dict[str, Any] = {}
+        self.bearer: list[str] = []
         self.hold = asyncio.Event()  # never set: a route that does not answer
 
     async def discovery(self, request: web.Request) -> web.Response:
@@ -128,6 +130,10 @@ class FakeProviderDocuments:
         await response.write_eof()
         return response
 
+    async def info(self, request: web.Request) -> web.Response:
+        self.bearer.append(request.headers.get("Authorization", ""))
+        return web.json_response(self.userinfo)
+
     async def silent(self, request: web.Request) -> web.Response:
         await self.hold.wait()
         return web.Response()
@@ -139,6 +145,7 @@ async def documents() -> AsyncIterator[FakeProviderDocuments]:
     app = web.Application()
     app.router.add_get("/.well-known/openid-configuration", fake.discovery)
     app.router.add_get("/jwks", fake.keys)
+    app.router.add_get("/userinfo", fake.info)
     app.router.add_get("/slow/.well-known/openid-configuration", fake.silent)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
@@ -148,6 +155,7 @@ async def documents() -> AsyncIterator[FakeProviderDocuments]:
     fake.issuer = f"http://{host}:{port}"
     fake.document = {"issuer": fake.issuer, "authorization_endpoint": f"{fake.issuer}/auth",
                      "token_endpoint": f"{fake.issuer}/token", "jwks_uri": f"{fake.issuer}/jwks",
+                     "userinfo_endpoint": f"{fake.issuer}/userinfo",
                      "code_challenge_methods_supported": ["S256"]}
     try:
         yield fake
@@ -185,6 +193,26 @@ async def test_discovery_and_keys_are_fetched_once_and_again_when_they_age() -> 
         # A key not among them makes one fetch at once (the provider rotated its keys).
         await provider.keys(again=True)
         assert fake.hits == {"discovery": 2, "jwks": 3}
+
+
+async def test_an_email_missing_from_the_id_token_is_read_from_userinfo_about_the_same_subject() -> None:
+    async with documents() as fake:
+        provider = provider_for(fake.issuer, clock=lambda: NOW)
+        token = {"id_token": id_token(iss=fake.issuer), "access_token": "at-1", "token_type": "Bearer"}
+        fake.userinfo = {"sub": "alice", "email": "alice@example.org", "email_verified": True, "iss": "ignored"}
+        claims = await provider.identity(token, nonce=NONCE)
+        assert (claims["sub"], claims["email"], claims["email_verified"]) == ("alice", "alice@example.org", True)
+        # The ID token's own claims stand over userinfo's; userinfo is asked with the access token.
+        assert claims["iss"] == fake.issuer and fake.bearer == ["Bearer at-1"]
+        # Userinfo about someone else is not believed (OpenID Connect Core 5.3.2).
+        fake.userinfo = {"sub": "mallory", "email": "alice@example.org", "email_verified": True}
+        with pytest.raises(SigninRefusedError, match="someone else"):
+            await provider.identity(token, nonce=NONCE)
+        # An ID token that carries the claim needs no userinfo.
+        fake.bearer.clear()
+        with_email = {**token, "id_token": id_token(iss=fake.issuer, email="a@example.org", email_verified=True)}
+        assert (await provider.identity(with_email, nonce=NONCE))["email"] == "a@example.org"
+        assert fake.bearer == []
 
 
 async def test_a_discovery_document_for_another_issuer_or_without_pkce_is_refused() -> None:
