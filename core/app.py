@@ -27,6 +27,7 @@ from handraise.core.appkeys import (
     INSTANCE_ID,
     KEYRING,
     METRICS,
+    OIDC,
     PRIVATE,
     RUNS,
     SERVICE,
@@ -59,6 +60,7 @@ from handraise.core.http.middleware import api_middleware, error_middleware, for
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
+from handraise.core.oidc.signin import OidcSignin
 from handraise.core.serversecret import ServerSecret, load_server_secret, secret_location
 from handraise.core.runs import RunService
 from handraise.core.service import RequestService
@@ -98,6 +100,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app[INSTANCE_ID] = instance_id
     app[KEYRING] = Keyring(settings=settings, store=store)
     app[INBOX] = InboxAccess(settings=settings, store=store)
+    app[OIDC] = OidcSignin(settings=settings, store=store, inbox=app[INBOX]) if settings.oidc is not None else None
     app[HTTP_SESSION] = http
     app[METRICS] = metrics = Metrics(service=service, admission=admission)
     app[SWEEPER] = SweeperTask(service, interval=settings.limits.sweep_interval_seconds)

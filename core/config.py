@@ -38,6 +38,7 @@ from pydantic import (
 )
 
 from handraise.core.errors import ConfigError
+from handraise.core.oidcsettings import OidcSettings
 from handraise.core.problems import config_problem, dotted
 from handraise.core.schedule import MAX_REMINDERS, MAX_STEPS, EscalationStep
 from handraise.core.schedule import problems as schedule_problems
@@ -240,6 +241,8 @@ class KeySettings(_Section):
 
 # The channels a person may have an identity on: the connector names (core/people.py reads principals with them).
 PERSON_CHANNELS: tuple[str, ...] = ("telegram", "slack", "matrix", "email")
+# Every identity a person may have: a channel's, and the identity provider's subject ([oidc] claim = "sub").
+PERSON_IDENTITIES: tuple[str, ...] = (*PERSON_CHANNELS, "oidc")
 
 
 class PersonSettings(_Section):
@@ -252,6 +255,8 @@ class PersonSettings(_Section):
     slack: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,}$")
     matrix: str | None = Field(default=None, pattern=r"^@[^:\s]+:\S+$")
     email: str | None = Field(default=None, max_length=254, pattern=r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+    # The identity provider's subject ("sub") for them: what [oidc] claim = "sub" signs them in by.
+    oidc: str | None = Field(default=None, min_length=1, max_length=255)
     groups: list[str] = Field(default_factory=list)
 
     @field_validator("email")
@@ -273,8 +278,8 @@ class PersonSettings(_Section):
         return self.name or self.id
 
     def identity(self, channel: str) -> str | None:
-        """This person's id on ``channel`` (a connector name), as that channel's principals carry it."""
-        value = getattr(self, channel, None) if channel in PERSON_CHANNELS else None
+        """This person's id on ``channel`` (a connector name, as its principals carry it; or ``"oidc"``)."""
+        value = getattr(self, channel, None) if channel in PERSON_IDENTITIES else None
         return None if value is None else str(value)
 
 
@@ -354,7 +359,7 @@ class TenantSettings(_Section):
             if person.id in ids:
                 raise ValueError(f"person id {person.id!r} appears twice")
             ids.add(person.id)
-            for channel in PERSON_CHANNELS:
+            for channel in PERSON_IDENTITIES:
                 identity = person.identity(channel)
                 if identity is None:
                     continue
@@ -416,6 +421,8 @@ class Settings(_Section):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     inbox: InboxSettings = Field(default_factory=InboxSettings)
+    # Signing in to the inbox through an OpenID Connect provider (core/oidc/); absent: sign-in links only.
+    oidc: OidcSettings | None = None
     tenants: list[TenantSettings] = Field(default_factory=list)
     # Connector sections: validated by each connector's own settings_model.
     telegram: dict[str, Any] | None = None

@@ -9,21 +9,24 @@ wire as ``details.fields: [{"field", "message"}]``.
     ├── ConfigError                      bad configuration (never reaches HTTP)
     ├── ConnectorError                   a messenger library failed (wrapped once)
     ├── BadRequestError (400 bad_request)            malformed JSON, bad query, a form that cannot be read
-    │   └── NotUtf8Error (400 bad_request)           a posted form whose bytes or charset are not UTF-8
+    │   ├── NotUtf8Error (400 bad_request)           a posted form whose bytes or charset are not UTF-8
+    │   └── SigninRefusedError (400 signin_refused)  an identity provider's sign-in that proves nothing
     ├── UnauthorizedError (401 unauthorized)         no or unknown key, with WWW-Authenticate
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
     │   ├── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
     │   ├── PersonRequiredError (403 person_required)  only a proven person's vote or approval counts
     │   ├── PersonNotBoundError (403 person_not_bound) a key bound to nobody named a person
-    │   └── PersonMismatchError (403 person_mismatch)  a key bound to one person named another
+    │   ├── PersonMismatchError (403 person_mismatch)  a key bound to one person named another
+    │   └── NoPersonError (403 no_person)            a provider's sign-in that is none of the people
     ├── NotFoundError (404 not_found)                absent, or another tenant's; no such path
     ├── MethodNotAllowedError (405 method_not_allowed)  with Allow
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
     │   ├── UniqueIdReusedError (409 unique_id_reused)
     │   ├── AlreadyAnsweredError (409 already_answered)
     │   ├── NotPendingError (409 not_pending)        cancel of a terminal request
-    │   └── AlreadyVotedError (409 already_voted)    a person's other vote on a quorum request
+    │   ├── AlreadyVotedError (409 already_voted)    a person's other vote on a quorum request
+    │   └── SeveralTenantsError (409 several_tenants)  a provider's sign-in that is a person of several
     ├── GoneError (410 gone)
     │   ├── ExpiredError (410 expired)
     │   ├── RequestCancelledError (410 cancelled)
@@ -37,7 +40,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   ├── OverloadedError (503 overloaded)          too many writes in flight
     │   └── UnavailableError (503 unavailable)        the store does not answer
     ├── CapabilityNotProvidedError (501 capability_not_provided)
-    └── NotDeliveredError (502 not_delivered)        no channel of a person took a private note
+    ├── NotDeliveredError (502 not_delivered)        no channel of a person took a private note
+    └── ProviderUnavailableError (502 provider_unavailable)  the identity provider did not answer
 """
 
 from __future__ import annotations
@@ -98,6 +102,18 @@ class NotUtf8Error(BadRequestError):
     """The API's code, but its own page: the hosted form tells the person the form must be UTF-8."""
 
 
+class SigninRefusedError(BadRequestError):
+    """A sign-in through the identity provider that proves nothing: its state unknown, used, expired or
+    from another browser, an error from the provider, a code it refused, an ID token that fails a check.
+    ``reason`` says which, for the page; nothing was stored and no session made."""
+
+    code = "signin_refused"
+
+    def __init__(self, message: str = "", *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class UnauthorizedError(HandraiseError):
     code = "unauthorized"
     status = 401
@@ -141,6 +157,17 @@ class PersonMismatchError(ForbiddenError):
     code = "person_mismatch"
 
 
+class NoPersonError(ForbiddenError):
+    """A sign-in through the identity provider that matched none of the people (of the tenant asked
+    for), or whose address the provider did not verify. ``reason``: ``"nobody"`` or ``"unverified"``."""
+
+    code = "no_person"
+
+    def __init__(self, message: str = "", *, reason: str = "nobody") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class NotFoundError(HandraiseError):
     code = "not_found"
     status = 404
@@ -175,6 +202,17 @@ class NotPendingError(ConflictError):
 
 class AlreadyVotedError(ConflictError):
     code = "already_voted"
+
+
+class SeveralTenantsError(ConflictError):
+    """A sign-in through the identity provider that is a person of several tenants, none named: the
+    sign-in starts again with ``?tenant=``. ``tenants``: their ids."""
+
+    code = "several_tenants"
+
+    def __init__(self, message: str = "", *, tenants: list[str]) -> None:
+        super().__init__(message)
+        self.tenants = tenants
 
 
 class GoneError(HandraiseError):
@@ -242,6 +280,14 @@ class NotDeliveredError(HandraiseError):
     handed out (the link is never returned instead)."""
 
     code = "not_delivered"
+    status = 502
+
+
+class ProviderUnavailableError(HandraiseError):
+    """The identity provider did not answer in time, or not as OpenID Connect says (discovery, keys,
+    token endpoint): nothing is wrong with the person's sign-in, try again later."""
+
+    code = "provider_unavailable"
     status = 502
 
 

@@ -348,6 +348,29 @@ class InboxSessionRow(SQLModel, table=True):
     person: str | None = Field(default=None, max_length=64)
 
 
+class OidcLoginRow(SQLModel, table=True):
+    """A sign-in through the identity provider under way (core/oidc/signin.py): what its callback must
+    match, used once, pruned once past its end. It names no tenant until the callback proves a person;
+    ``tenant_id`` is only the one ``/inbox/login?tenant=`` asked for."""
+
+    __tablename__ = "oidc_logins"
+    __table_args__ = (Index("ix_oidc_logins_expires", "expires_at"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    # The state sent to the provider, by its sha256: the callback names the login with it.
+    state_sha256: str = Field(max_length=64, unique=True)
+    # The browser that started it, by the sha256 of a cookie only that browser holds: a callback carried to
+    # another browser (a login CSRF) matches no login.
+    browser_sha256: str = Field(max_length=64)
+    # The ID token must carry this nonce; the PKCE verifier redeems the code (only this server has it).
+    nonce: str = Field(max_length=64)
+    code_verifier: str = Field(max_length=128)
+    tenant_id: str | None = Field(default=None, max_length=64)
+    created_at: float = seconds()
+    expires_at: float = seconds()
+    used_at: float | None = seconds_or_none()
+
+
 class HitlCaseRow(SQLModel, table=True):
     """A request created through the HITL-protocol endpoints: what the protocol needs back (core/hitl.py)."""
 

@@ -33,6 +33,30 @@ if [ ! -x /usr/sbin/dovecot ]; then
     fi
 fi
 
+# The OpenID Connect sign-in tests run a real provider, node-oidc-provider, pinned by
+# tests/oidc/package-lock.json and started per test session by tests/harness/oidc.py. npm ci runs again
+# only when the lock file changed since the last install.
+oidc_dir="$repo_root/tests/oidc"
+oidc_stamp="$oidc_dir/node_modules/.handraise-installed-lock.json"
+if ! cmp -s "$oidc_dir/package-lock.json" "$oidc_stamp" 2>/dev/null; then
+    if command -v npm >/dev/null 2>&1; then
+        echo "run.sh: installing node-oidc-provider for the OIDC sign-in tests (npm ci in tests/oidc)" >&2
+        if (cd "$oidc_dir" && npm ci --no-audit --no-fund --loglevel=error); then
+            cp "$oidc_dir/package-lock.json" "$oidc_stamp"
+        elif [ "${CI:-}" = "true" ]; then
+            echo "run.sh: npm ci in tests/oidc failed; CI needs the OIDC sign-in tests" >&2
+            exit 1
+        else
+            echo "run.sh: npm ci in tests/oidc failed; the OIDC sign-in tests will skip." >&2
+        fi
+    elif [ "${CI:-}" = "true" ]; then
+        echo "run.sh: npm is missing; CI needs the OIDC sign-in tests (Node.js 20 or newer with npm)" >&2
+        exit 1
+    else
+        echo "run.sh: npm is missing; the OIDC sign-in tests will skip (fail with CI=true)." >&2
+    fi
+fi
+
 postgres_answers() {
     if command -v pg_isready >/dev/null 2>&1; then
         pg_isready -q -h 127.0.0.1 -p 5432

@@ -1,6 +1,6 @@
 """Pruning: what a finished request leaves behind (chat button tokens, chat message refs, one-time links,
-connector state about it), and the inbox's expired sign-in links and sessions, are deleted once older
-than the retention, by the sweeper.
+connector state about it), and the inbox's expired sign-in links, sessions and sign-ins through the identity
+provider, are deleted once older than the retention, by the sweeper.
 
 A row goes when it is older than the cut-off and its request is not pending; a pending request's rows
 stay whatever their age. Each table is read through an index on the row's age (migration 0008), so a
@@ -21,6 +21,7 @@ from handraise.core.models import (
     InboxSigninRow,
     LinkRow,
     MessageRefRow,
+    OidcLoginRow,
     RequestRow,
     StateRow,
 )
@@ -38,7 +39,7 @@ def _prune(table: Any, age: Any, *conditions: Any) -> Any:
 
 
 def _prune_expired(table: Any) -> Any:
-    """Rows that expired before the cut-off (the inbox's sign-in links and sessions: about no request)."""
+    """Rows that expired before the cut-off (the inbox's sign-ins and sessions: about no request)."""
     old = (select(table.c.id).where(table.c.expires_at < bindparam("before"))
            .order_by(table.c.expires_at).limit(bindparam("limit")))
     return delete(table).where(table.c.id.in_(old))
@@ -56,6 +57,8 @@ def _statements() -> dict[str, Any]:
         # An inbox sign-in link, used or not, and a session, ended or not, once past their absolute end.
         "inbox_signins": _prune_expired(InboxSigninRow.__table__),
         "inbox_sessions": _prune_expired(InboxSessionRow.__table__),
+        # A sign-in through the identity provider, finished or abandoned, once past its end.
+        "oidc_logins": _prune_expired(OidcLoginRow.__table__),
     }
 
 

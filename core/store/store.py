@@ -42,6 +42,7 @@ from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteRunner
 from handraise.core.store.sqliteunits import SqliteHotUnits
 from handraise.core.store.pgunits import PgHotUnits
+from handraise.core.store.oidc import OidcLoginRecords
 from handraise.core.store.pruning import prune_spent
 from handraise.core.store.state import StateRecords
 from handraise.core.store.statements import (
@@ -173,6 +174,8 @@ class Store:
         self.leadership = LeaderLocks(dsn=self.asyncpg_dsn() if self.is_postgres else None)
         # The operator inbox's sign-in links and sessions (core/store/inbox.py).
         self.inbox = InboxRecords(read=self._read, write=self._write)
+        # Sign-ins through the identity provider under way (core/store/oidc.py).
+        self.oidc_logins = OidcLoginRecords(write=self._write)
         # One-time form links (core/store/links.py).
         self.links = LinkRecords(read=self._read, dialect=self.dialect)
         # How far a person got with a request, and the HITL-protocol cases (core/store/reviews.py).

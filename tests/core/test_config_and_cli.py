@@ -39,7 +39,7 @@ def _model_keys(model: type[BaseModel]) -> set[str]:
 def test_example_config_loads_and_documents_every_core_key() -> None:
     settings = load_settings(EXAMPLE, environ={})
     raw = tomllib.loads(EXAMPLE.read_text())
-    for section in ("server", "storage", "feedback", "limits", "logging"):
+    for section in ("server", "storage", "feedback", "limits", "logging", "oidc"):
         model = type(getattr(settings, section))
         assert set(raw[section]) == _model_keys(model), section
     tenant = raw["tenants"][0]
@@ -114,6 +114,12 @@ def test_no_config_is_the_embedded_default(tmp_path: Path, monkeypatch: pytest.M
     ("[[tenants]]\nid = 'a'\n[[tenants]]\nid = 'a'\n", "appears twice"),
     ("[limits]\nmax_schema_fields = 50\n", "limits.max_schema_fields"),
     ("this is not toml", "not valid TOML"),
+    ("[oidc]\nissuer = 'http://login.example.com'\nclient_id = 'c'\n", "oidc.issuer: must be https://"),
+    ("[oidc]\nissuer = 'https://login.example.com'\nclient_id = 'c'\nscopes = ['email']\n", 'include "openid"'),
+    ("[oidc]\nissuer = 'https://login.example.com'\nclient_id = 'c'\nscopes = ['openid']\n", 'the "email" scope'),
+    ("[oidc]\nissuer = 'https://login.example.com'\n", "oidc.client_id"),
+    ("[[tenants]]\nid = 'a'\n[[tenants.people]]\nid = 'x'\noidc = 's-1'\n[[tenants.people]]\nid = 'y'\noidc = 's-1'\n",
+     "oidc s-1 is given for both x and y"),
 ])
 def test_bad_config_names_the_key(tmp_path: Path, toml: str, needle: str) -> None:
     path = tmp_path / "bad.toml"
@@ -282,3 +288,14 @@ async def test_keys_ask_and_kill_minus_nine(tmp_path: Path) -> None:
         expiring = await ask("--timeout", "1")
         _out, err = await asyncio.to_thread(expiring.communicate, timeout=30)
         assert expiring.returncode == 2 and json.loads(err.splitlines()[-1])["status"] == "expired"
+
+
+def test_the_oidc_client_secret_may_come_from_the_environment_and_is_never_shown(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[oidc]\nissuer = 'https://login.example.com'\nclient_id = 'handraise'\n")
+    assert load_settings(path, environ={}).oidc.client_secret is None  # type: ignore[union-attr]
+    settings = load_settings(path, environ={"HANDRAISE_OIDC__CLIENT_SECRET": "s3cret-from-env"})
+    assert settings.oidc is not None and settings.oidc.client_secret.get_secret_value() == "s3cret-from-env"
+    assert "s3cret-from-env" not in repr(settings) and settings.oidc.claim == "email"
+    # No [oidc]: no identity provider, sign-in links only.
+    assert load_settings(None, environ={}).oidc is None

@@ -78,7 +78,7 @@ async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: 
         service.clock = lambda: time.time() + 8 * 86400
         pruned = await service.prune_spent(force=True)
         assert pruned == {"chat_actions": 1, "message_refs": 1, "links": 1, "kv_state": 1, "inbox_signins": 0,
-                          "inbox_sessions": 0}
+                          "inbox_sessions": 0, "oidc_logins": 0}
         assert await traces_left(api, done) == NONE
         assert await traces_left(api, live) == ALL
         assert await api.app[STORE].state.get("telegram.sync", "position") == "42"
@@ -117,7 +117,8 @@ async def test_pruning_reads_through_the_age_indexes(tmp_path: Any) -> None:
             plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + str(compiled), params))
             index = {"chat_actions": "ix_chat_actions_created", "message_refs": "ix_message_refs_created",
                      "links": "ix_links_created", "kv_state": "ix_kv_state_request_updated",
-                     "inbox_signins": "ix_inbox_signins_expires", "inbox_sessions": "ix_inbox_sessions_expires"}[name]
+                     "inbox_signins": "ix_inbox_signins_expires", "inbox_sessions": "ix_inbox_sessions_expires",
+                     "oidc_logins": "ix_oidc_logins_expires"}[name]
             assert index in plan, (name, plan)
     finally:
         conn.close()

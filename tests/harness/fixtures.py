@@ -1,6 +1,7 @@
-"""Session-wide fixtures for the heavy test services: a real Synapse and headless Chromium.
+"""Session-wide fixtures for the heavy test services: a real Synapse, headless Chromium and a real OpenID
+Connect provider (node-oidc-provider).
 
-Register them from a conftest: ``from harness.fixtures import browser, page, synapse``.
+Register them from a conftest: ``from harness.fixtures import browser, oidc_provider, page, synapse``.
 When a service is missing the fixture skips with the install command, or
 fails when the environment says CI (``CI=true``) so a CI run cannot go green
 by skipping. Browser tests need ``pytestmark =
@@ -20,6 +21,7 @@ import pytest_asyncio
 from harness.browser import chromium_missing_reason, launch_chromium
 
 if TYPE_CHECKING:
+    from harness.oidc import OidcProviderServer
     from harness.synapse import SynapseServer
     from playwright.async_api import Browser, Page, Playwright
 
@@ -44,6 +46,8 @@ _synapse_users = 0
 _synapse_server: SynapseServer | None = None
 _browser_users = 0
 _browser_shared: tuple[Playwright, Browser] | None = None
+_oidc_users = 0
+_oidc_server: OidcProviderServer | None = None
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +72,29 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]
         if _synapse_users == 0:
             _synapse_server.stop()
             _synapse_server = None
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[OidcProviderServer]:
+    """One node-oidc-provider for the whole session; each test registers a client of its own."""
+    global _oidc_users, _oidc_server
+    from harness.oidc import OidcProviderServer, oidc_provider_missing_reason
+
+    reason = oidc_provider_missing_reason()
+    if reason is not None:
+        skip_or_fail(reason)
+    if _oidc_server is None:
+        server = OidcProviderServer()
+        server.start()
+        _oidc_server = server
+    _oidc_users += 1
+    try:
+        yield _oidc_server
+    finally:
+        _oidc_users -= 1
+        if _oidc_users == 0:
+            _oidc_server.stop()
+            _oidc_server = None
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

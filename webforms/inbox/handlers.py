@@ -44,6 +44,7 @@ from handraise.core.schema import FieldError
 from handraise.core.people import expand, names
 from handraise.webforms.csrf import origin_allowed
 from handraise.webforms.formbody import read_form
+from handraise.webforms.inbox.oidc import OidcPages
 from handraise.webforms.inbox.session import (
     COOKIE,
     CSRF_HEADER,
@@ -123,6 +124,7 @@ class Inbox:
             web.get("/inbox/runs/{run_id}", self.show_run),
             web.post("/inbox/runs/{run_id}/annotations", self.annotate),
             web.get("/inbox/favicon/{count}.svg", self.favicon),
+            *(OidcPages(settings=self.settings, render=self._page).routes() if self.settings.oidc is not None else []),
         ]
 
     # -- sessions ----------------------------------------------------------------------
@@ -195,8 +197,10 @@ class Inbox:
         }
 
     def _signed_out(self, request: web.Request, *, status: int = 401) -> Awaitable[web.Response]:
+        # With [oidc], the page's first way in is the identity provider's button (webforms/inbox/oidc.py).
+        oidc = self.settings.oidc
         return self._page(request, "inbox/signin.html", session=None, status=status, title="Sign in",
-                          state="needed", who=None)
+                          state="needed", who=None, oidc_label=oidc.button_label if oidc is not None else None)
 
     # -- sign-in -----------------------------------------------------------------------
 

@@ -15,10 +15,12 @@ from aiohttp import web
 
 from handraise.webforms.pages import PAGE_HEADERS
 
-__all__ = ["COOKIE", "CSRF_HEADER", "INBOX_HEADERS", "csrf_for", "csrf_matches", "is_https", "set_cookie",
-           "clear_cookie"]
+__all__ = ["COOKIE", "CSRF_HEADER", "INBOX_HEADERS", "OIDC_COOKIE", "clear_cookie", "csrf_for", "csrf_matches",
+           "is_https", "set_cookie", "set_oidc_cookie"]
 
 COOKIE = "handraise_inbox"
+# Binds a sign-in through the identity provider to the browser that started it (core/oidc/signin.py).
+OIDC_COOKIE = "handraise_oidc"
 CSRF_HEADER = "X-CSRF-Token"
 # Domain separation: the hosted forms sign link ids with the same server secret.
 _PURPOSE = b"handraise/inbox/csrf/v1:"
@@ -51,3 +53,11 @@ def set_cookie(response: web.StreamResponse, token: str, *, secure: bool, max_ag
 
 def clear_cookie(response: web.StreamResponse, *, secure: bool) -> None:
     response.del_cookie(COOKIE, path="/inbox", secure=secure, httponly=True, samesite="Strict")
+
+
+def set_oidc_cookie(response: web.StreamResponse, token: str, *, secure: bool, max_age: int) -> None:
+    # Lax, not Strict: the provider sends the browser back with a top-level GET from its own site, and the
+    # callback must see this cookie then. It is left to expire: a sign-in started in a second tab keeps
+    # the same value, so the first tab's still finishes.
+    response.set_cookie(OIDC_COOKIE, token, path="/inbox", httponly=True, samesite="Lax", secure=secure,
+                        max_age=max_age)
