@@ -379,16 +379,20 @@ class SqliteRunner:
             c.rollback()
             raise
 
-    async def checkpoint(self) -> None:
-        await result(self.thread.submit(self.checkpoint_job, (), tx=WriteQueue(), last=True))
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and truncate it; False when a reader (of another process) kept
+        it from finishing, and the WAL still holds what it held."""
+        return await result(self.thread.submit(self.checkpoint_job, (), tx=WriteQueue(), last=True))
 
     async def migrate(self, upgrade: Callable[[Connection], None]) -> None:
         await result(self.thread.submit(self.migrate_job, (upgrade,), tx=WriteQueue(), last=True))
 
-    def checkpoint_job(self) -> None:
+    def checkpoint_job(self) -> bool:
         # Runs as a write transaction's only statement: no writer of ours is mid-transaction, which
         # TRUNCATE would wait for. Read to the end: an unfinished statement keeps a read transaction open.
-        self._read_job(lambda c: c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all(), ())
+        # Its row is (busy, WAL frames, frames copied): busy 1 when it could not finish.
+        rows = self._read_job(lambda c: c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all(), ())
+        return bool(rows) and rows[0][0] == 0
 
     def migrate_job(self, upgrade: Callable[[Connection], None]) -> None:
         with self.engine.begin() as c:
