@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from handraise.core.errors import ConfigError, UnavailableError
+from handraise.core.sealing import Sealer
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store.breaker import StoreBreaker
 from handraise.core.store.chatrefs import ChatRefRecords
@@ -507,7 +508,7 @@ class Store:
         return await self.journal.for_run(tenant_id=tenant_id, run_id=run_id, limit=limit)
 
     async def verify_journal(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
-        return await self.journal.verify(anchor=anchor)
+        return await self.journal.verify(sealer=Sealer(self.secret), anchor=anchor)
 
     # -- api keys --------------------------------------------------------------
 
