@@ -177,3 +177,29 @@ async def test_a_cleaning_that_cannot_lock_the_table_soon_gives_up_and_the_next_
             assert leftovers(await postgres_files(pg_url), held, Sealer(store.secret)) == []
             # A tick with nothing deleted since rewrites nothing.
             assert await asyncio.wait_for(store.sealed.shred(), 1) is True
+
+
+async def test_a_wal_another_process_keeps_from_truncating_is_truncated_by_a_later_tick(sqlite_url: str,
+                                                                                       tmp_path: Path) -> None:
+    """SQLite: a reader of another process (the CLI, a backup) keeps the WAL from being truncated; the
+    checkpoint gives up at once rather than holding the database thread, and a later tick finishes it."""
+    import sqlite3
+
+    async with running_app(settings_from(base_config(sqlite_url))) as api:
+        store = api.app[STORE]
+        async with sweeper_held(api):
+            held = await answered(api, 2)
+            reader = sqlite3.connect(tmp_path / "handraise.db")
+            try:
+                reader.execute("BEGIN")
+                reader.execute("SELECT count(*) FROM requests").fetchall()  # a snapshot from before the deletions
+                started = time.monotonic()
+                for h in held:
+                    assert (await api.call("POST", f"/v1/requests/{h.request_id}/ack"))[0] == 200
+                assert await store.sealed.shred() is False and store.sealed.dirty is True
+                assert time.monotonic() - started < 3.0  # not the 10 s the store's writers wait for a lock
+                assert leftovers(sqlite_files(tmp_path), held, Sealer(store.secret)) != []  # the WAL holds them
+            finally:
+                reader.close()
+            assert await store.sealed.shred() is True and store.sealed.dirty is False
+            assert leftovers(sqlite_files(tmp_path), held, Sealer(store.secret)) == []
