@@ -64,10 +64,8 @@ def _request_rows(n: int, now: float, pending: int) -> Iterator[tuple[dict[str, 
             "expires_at": now + 86400 * 365 if status == "pending" else created + 300,
             "response_json": '"123456"' if status == "answered" and not sensitive_held else None,
             "response_digest": PLACEHOLDER if status == "answered" else None,
-            "response_sealed": "sealed-placeholder" if sensitive_held else None,
-            "response_key": "key-placeholder" if sensitive_held else None,
             # Within its retention: the sweeper's query finds it and leaves it.
-            "response_delivered_at": None, "response_purged": False,
+            "response_delivered_at": None, "response_purged": False, "votes_version": 0,
             "resolved_by": "operator:bench-operator" if status == "answered" else None,
             "resolved_via": {"answered": "api", "expired": "timeout"}.get(status),
             "resolved_at": None if status == "pending" else (now - 60 if sensitive_held else created + 5),
@@ -82,20 +80,27 @@ def _request_rows(n: int, now: float, pending: int) -> Iterator[tuple[dict[str, 
         yield row, entries
 
 
-def _chunks(n: int, pending: int) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+Chunk = tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[str, str, str, str]]]
+
+
+def _chunks(n: int, pending: int) -> Iterator[Chunk]:
+    """Requests, journal entries and held sensitive answers (sealed_answers rows), CHUNK requests at a time."""
     now, seq = time.time(), 0
     requests: list[dict[str, Any]] = []
     journal: list[dict[str, Any]] = []
+    sealed: list[tuple[str, str, str, str]] = []
     for row, entries in _request_rows(n, now, pending):
         requests.append(row)
+        if row["sensitive"]:
+            sealed.append((row["id"], TENANT, "sealed-placeholder", "key-placeholder"))
         for e in entries:
             seq += 1
             journal.append({"tenant_id": TENANT, "seq": seq, **e, "prev_hash": PLACEHOLDER, "hash": PLACEHOLDER})
         if len(requests) >= CHUNK:
-            yield requests, journal
-            requests, journal = [], []
+            yield requests, journal, sealed
+            requests, journal, sealed = [], [], []
     if requests:
-        yield requests, journal
+        yield requests, journal, sealed
 
 
 async def fill(url: str, rows: int, *, pending: int = 0) -> float:
@@ -109,11 +114,13 @@ async def fill(url: str, rows: int, *, pending: int = 0) -> float:
     if url.startswith("sqlite"):
         db = sqlite3.connect(url.removeprefix("sqlite:///"))
         db.execute("PRAGMA synchronous=OFF")
-        for requests, journal in _chunks(rows, pending):
+        for requests, journal, sealed in _chunks(rows, pending):
             db.executemany(f"INSERT INTO requests ({','.join(req_cols)}) VALUES ({','.join('?' * len(req_cols))})",
                            [tuple(r.get(c) for c in req_cols) for r in requests])
             db.executemany(f"INSERT INTO journal ({','.join(jr_cols)}) VALUES ({','.join('?' * len(jr_cols))})",
                            [tuple(j[c] for c in jr_cols) for j in journal])
+            db.executemany("INSERT INTO sealed_answers (request_id, tenant_id, sealed, wrapped_key) VALUES (?, ?, ?, ?)",
+                           sealed)
             last_seq = journal[-1]["seq"]
             db.commit()
         db.execute("INSERT OR REPLACE INTO journal_heads (tenant_id, seq, hash) VALUES (?, ?, ?)",
@@ -125,11 +132,12 @@ async def fill(url: str, rows: int, *, pending: int = 0) -> float:
 
         conn = await asyncpg.connect(url)
         try:
-            for requests, journal in _chunks(rows, pending):
+            for requests, journal, sealed in _chunks(rows, pending):
                 await conn.copy_records_to_table("requests", columns=req_cols,
                                                  records=[tuple(r.get(c) for c in req_cols) for r in requests])
                 await conn.copy_records_to_table("journal", columns=jr_cols,
                                                  records=[tuple(j[c] for c in jr_cols) for j in journal])
+                await conn.copy_records_to_table("sealed_answers", records=sealed)
                 last_seq = journal[-1]["seq"]
             await conn.execute("INSERT INTO journal_heads (tenant_id, seq, hash) VALUES ($1, $2, $3) "
                                "ON CONFLICT (tenant_id) DO UPDATE SET seq = $2, hash = $3",
@@ -206,7 +214,7 @@ async def _ops(t: Target, run: str, i: int) -> dict[str, float]:
     t5 = time.perf_counter()
     now = time.time()
     await t.store.overdue_requests(now)
-    await t.store.uncollected_sensitive(resolved_before=now - 3600, delivered_before=now - 30)
+    await t.store.sealed.due(resolved_before=now - 3600, delivered_before=now - 30)
     t6 = time.perf_counter()
     out.update(create=t1 - t0, submit=t2 - t1, wait=t3 - t2, list_pending=t4 - t3, deep_page=t4b - t4,
                bundle=t5 - t4b, sweeper=t6 - t5)
@@ -253,6 +261,7 @@ async def explain(store: str, url: str) -> str:
     from sqlalchemy.dialects import postgresql, sqlite
 
     from handraise.core.store import statements as st
+    from handraise.core.store.sealed import HELD_DUE
 
     now = time.time()
     queries = {
@@ -270,8 +279,8 @@ async def explain(store: str, url: str) -> str:
                                                                   st.journal_t.c.run_id == "run-fill-50000")
                                       .order_by(st.journal_t.c.seq), {}),
         "overdue (sweeper)": (st.overdue_statement(now, limit=500), {}),
-        "held sensitive (sweeper)": (st.HELD_SENSITIVE.limit(500), {"resolved_before": now - 3600,
-                                                                     "delivered_before": now - 30}),
+        "held sensitive (sweeper)": (HELD_DUE.limit(500), {"resolved_before": now - 3600,
+                                                           "delivered_before": now - 30}),
     }
     out = [f"## {store}, {url.rsplit('/', 1)[-1]}"]
     dialect = sqlite.dialect() if store == "sqlite" else postgresql.dialect()

@@ -33,6 +33,12 @@ def long_text_or_none() -> Any:
     return Field(default=None, sa_column=Column(Text, nullable=True))
 
 
+# A request whose answer is held sealed (in ``sealed_answers``): sensitive, answered (only an answer has a
+# digest), not yet shredded. Written the same in the indexes below and in the statements that use them, which
+# SQLite needs to use a partial index; no other index covers these columns, so its planner picks that one.
+HELD_ANSWER = "sensitive AND NOT response_purged AND response_digest IS NOT NULL"
+
+
 class RequestRow(SQLModel, table=True):
     __tablename__ = "requests"
     __table_args__ = (
@@ -44,12 +50,12 @@ class RequestRow(SQLModel, table=True):
         Index("ix_requests_tenant_created", "tenant_id", "created_at"),
         Index("ix_requests_tenant_status_created", "tenant_id", "status", "created_at"),
         Index("ix_requests_tenant_run_created", "tenant_id", "run_id", "created_at"),
-        # The sweeper's look for sensitive answers still held: only those rows are in it (migration 0004).
-        Index("ix_requests_sealed_held", "resolved_at", sqlite_where=text("response_sealed IS NOT NULL"),
-              postgresql_where=text("response_sealed IS NOT NULL")),
-        # ... and of those handed out once, by when (migration 0009): each look is a range, not a scan.
-        Index("ix_requests_sealed_delivered", "response_delivered_at",
-              sqlite_where=text("response_sealed IS NOT NULL"), postgresql_where=text("response_sealed IS NOT NULL")),
+        # The sweeper's look for sensitive answers still held, by answer time and by hand-over time: only those
+        # rows are in them (migration 0018, as 0004 and 0009 on the former columns), so each look is a range.
+        Index("ix_requests_held_resolved", "resolved_at", sqlite_where=text(HELD_ANSWER),
+              postgresql_where=text(HELD_ANSWER)),
+        Index("ix_requests_held_delivered", "response_delivered_at", sqlite_where=text(HELD_ANSWER),
+              postgresql_where=text(HELD_ANSWER)),
         # The sweeper's look for escalation steps and reminders that are due (migration 0013).
         Index("ix_requests_status_next_due", "status", "next_due_at",
               sqlite_where=text("next_due_at IS NOT NULL"), postgresql_where=text("next_due_at IS NOT NULL")),
@@ -74,10 +80,7 @@ class RequestRow(SQLModel, table=True):
     response_json: str | None = long_text_or_none()
     # Keyed, per-request digest of the canonical answer (core/sealing.py); the journal keeps the same.
     response_digest: str | None = Field(default=None, max_length=64)
-    # A sensitive answer sealed under its own key, and that key wrapped under the server secret's;
-    # both are deleted together once the agent has the answer (crypto-shredding).
-    response_sealed: str | None = long_text_or_none()
-    response_key: str | None = long_text_or_none()
+    # A sensitive answer is held sealed in ``sealed_answers`` (SealedAnswerRow), never in this row.
     # When the sealed answer was first handed to the agent: kept for its next call until the grace ends.
     response_delivered_at: float | None = seconds_or_none()
     # Set once a sensitive response was handed to the agent and deleted.
@@ -114,6 +117,21 @@ class RequestRow(SQLModel, table=True):
     # answer (or deciding vote) resolved it; NULL when no person did (a key or session bound to nobody,
     # a link, a deadline) (migration 0017).
     resolved_person_json: str | None = long_text_or_none()
+
+
+class SealedAnswerRow(SQLModel, table=True):
+    """A sensitive answer still held: sealed under its own key, and that key wrapped under the server
+    secret's (core/sealing.py). A row is inserted once, when the request is answered, and deleted once, when
+    the answer is shredded; never updated. Kept apart from ``requests`` so that what deleting it leaves
+    behind (PostgreSQL keeps deleted row versions in the table's file) is all in one small table, which
+    the store rewrites after deletions (core/store/sealed.py; migration 0018)."""
+
+    __tablename__ = "sealed_answers"
+
+    request_id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=64)
+    sealed: str = long_text()
+    wrapped_key: str = long_text()
 
 
 class JournalRow(SQLModel, table=True):

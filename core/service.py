@@ -224,7 +224,7 @@ class RequestService(Sweeping, LinkDoors):
 
     def _view(self, row: dict[str, Any], *, deliveries: list[dict[str, Any]] | None = None) -> RequestView:
         """The request as the asking side may see it: a held sensitive answer is unsealed here, in memory."""
-        if row["response_sealed"] is not None and row["response_key"] is not None:
+        if row.get("response_sealed") is not None and row.get("response_key") is not None:
             canonical = self.sealer.open(tenant_id=row["tenant_id"], request_id=row["id"],
                                          sealed=row["response_sealed"], wrapped=row["response_key"])
             row = {**row, "response_json": canonical}

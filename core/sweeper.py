@@ -80,13 +80,15 @@ class Sweeping:
                                   policy=None if policy else timeouts.EXPIRE) is not None:
                 count += 1
         now, limits = self.clock(), self.settings.limits
-        held = await self.store.uncollected_sensitive(resolved_before=now - limits.sensitive_retention_seconds,
-                                                      delivered_before=now - limits.sensitive_grace_seconds)
+        held = await self.store.sealed.due(resolved_before=now - limits.sensitive_retention_seconds,
+                                           delivered_before=now - limits.sensitive_grace_seconds)
         for request_id, tenant_id in held:
             row = await self.store.get_request(tenant_id, request_id)
             if row is not None:
                 reason = "retention" if row["response_delivered_at"] is None else "grace_over"
                 await self._purge(tenant_id=tenant_id, request_id=request_id, run_id=row["run_id"], reason=reason)
+        # What this tick's deletions and those since the last left in the database's files goes now.
+        await self.store.sealed.shred()
         await self.escalations.run_due()
         await self.prune_spent()
         return count
@@ -144,7 +146,7 @@ class Sweeping:
             await asyncio.gather(*list(self._purges), return_exceptions=True)
 
     async def _handed_over(self: RequestService, view: RequestView) -> None:
-        first = await self.store.mark_delivered(request_id=view.id, tenant_id=view.tenant_id, now=self.clock())
+        first = await self.store.sealed.mark_delivered(request_id=view.id, tenant_id=view.tenant_id, now=self.clock())
         if not first or self.settings.limits.sensitive_grace_seconds == 0:
             await self._purge(tenant_id=view.tenant_id, request_id=view.id, run_id=view.run_id, reason="delivered")
 
@@ -160,7 +162,7 @@ class Sweeping:
     async def _purge(self: RequestService, *, tenant_id: str, request_id: str, run_id: str | None, reason: str) -> None:
         # The shredding and its journal entry commit together: nobody sees the answer gone unjournaled.
         async with self.store.transaction() as conn:
-            purged = await self.store.purge_response(conn, request_id=request_id, tenant_id=tenant_id)
+            purged = await self.store.sealed.purge(conn, request_id=request_id, tenant_id=tenant_id)
             if purged:
                 await self.store.append_journal(conn, tenant_id=tenant_id, event="response_deleted",
                                                 request_id=request_id, run_id=run_id, data={"reason": reason})

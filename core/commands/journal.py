@@ -46,6 +46,8 @@ def _read_anchor(value: str) -> dict[str, Any]:
 
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:
+    """Walk every chain (against the anchor, when given) and cross-check the requests table with it, each
+    answer recomputed (core/store/crosscheck.py); exit 1 naming each difference."""
     settings = settings_of(args)
     anchor = _read_anchor(args.anchor) if args.anchor else None
 
@@ -60,5 +62,6 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     count = sum(h["seq"] for h in heads.values())
     against = " and reaches the anchor" if anchor is not None else ""
-    print(f"journal: intact ({count} entries in {len(heads)} tenant chain(s), matching the requests table{against})")
+    print(f"journal: intact ({count} entries in {len(heads)} tenant chain(s){against}; every answer, vote and "
+          "proposal in the requests table matches it)")
     return 0

@@ -25,19 +25,20 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from handraise.core.canonical import canonical_json
-from handraise.core.models import JournalHeadRow, JournalRow, RequestRow
-from handraise.core.store.units import StoreConnection, all_rows
+from handraise.core.models import JournalHeadRow, JournalRow
+from handraise.core.sealing import Sealer
+from handraise.core.store import crosscheck
+from handraise.core.store.units import StoreConnection, all_rows, first
 
 journal_t = JournalRow.__table__
 heads_t = JournalHeadRow.__table__
-requests_t = RequestRow.__table__
+requests_t = crosscheck.requests_t
 
 GENESIS_HASH = "0" * 64
 _SAFE_INT = 2**53 - 1
 _TEXT_OR_NULL = frozenset({str, type(None)})
 # Data keys never exported (the run bundle, the API's journal views): the answer's keyed digest.
 PRIVATE_DATA_KEYS = frozenset({"response_digest"})
-TERMINAL_EVENTS = frozenset({"answered", "expired", "cancelled"})
 
 _HEAD = select(heads_t.c.seq, heads_t.c.hash).where(heads_t.c.tenant_id == bindparam("tenant_id")).with_for_update()
 _HEADS = select(heads_t.c.tenant_id, heads_t.c.seq, heads_t.c.hash).order_by(heads_t.c.tenant_id)
@@ -234,16 +235,17 @@ class Journal:
         """Every tenant's head, ``{tenant: {"seq", "hash"}}``: print it, keep it elsewhere, verify against it."""
         return {r["tenant_id"]: {"seq": r["seq"], "hash": r["hash"]} for r in await self._read(all_rows, _HEADS)}
 
-    async def verify(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    async def verify(self, *, sealer: Sealer, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
         """Every break, as sentences; [] when each chain is whole, reaches its anchor and agrees with the
-        requests table."""
+        requests table: each request's outcome, and its answer recomputed, votes and proposal (``sealer``:
+        the answers' digests, a held sensitive answer opened; core/store/crosscheck.py)."""
         key = self.chain_key()
         problems: list[str] = []
         heads = await self.anchor()
         tenants = sorted(set(heads) | set(await self._read(_journal_tenants)) | set(anchor or {}))
         for tenant in tenants:
             facts = await self._verify_chain(tenant, key, heads.get(tenant), (anchor or {}).get(tenant), problems)
-            await self._cross_check(tenant, facts, problems)
+            await self._cross_check(tenant, facts, sealer, problems)
         return problems
 
     async def _verify_chain(self, tenant: str, key: bytes, head: Mapping[str, Any] | None,
@@ -272,7 +274,7 @@ class Journal:
                     anchored = hmac.compare_digest(r["hash"], str(anchor["hash"]))
                     if not anchored:
                         problems.append(f"{where}: differs from the anchor")
-                _note(facts, r)
+                crosscheck.note(facts, r)
                 prev_hash, expected, after = r["hash"], r["seq"] + 1, r["seq"]
         last = expected - 1
         if anchor is not None and not anchored and last < int(anchor["seq"]):
@@ -286,14 +288,18 @@ class Journal:
                             "entries were removed from the end")
         return facts
 
-    async def _cross_check(self, tenant: str, facts: dict[str, dict[str, Any]], problems: list[str]) -> None:
-        """The requests table and the journal tell one story: each request was created, and its outcome
-        (who answered, through which channel, the answer's digest) is the journal's."""
+    async def _cross_check(self, tenant: str, facts: dict[str, dict[str, Any]], sealer: Sealer,
+                           problems: list[str]) -> None:
+        """The requests table and the journal tell one story: each request was created, its outcome (who
+        answered, through which channel) is the journal's, and so are its answer, votes and proposal."""
         after = ""
+
+        async def entry(seq: int) -> dict[str, Any] | None:
+            return await self._read(first, select(journal_t).where(journal_t.c.tenant_id == tenant,
+                                                                   journal_t.c.seq == seq))
+
         while True:
-            stmt = (select(requests_t.c.id, requests_t.c.status, requests_t.c.resolved_by,
-                           requests_t.c.resolved_via, requests_t.c.response_digest)
-                    .where(requests_t.c.tenant_id == tenant, requests_t.c.id > after)
+            stmt = (crosscheck.ROWS.where(requests_t.c.tenant_id == tenant, requests_t.c.id > after)
                     .order_by(requests_t.c.id).limit(5000))
             rows = await self._read(all_rows, stmt)
             if not rows:
@@ -303,6 +309,7 @@ class Journal:
                 where = f"tenant {tenant}, request {r['id']}"
                 if not fact.get("created"):
                     problems.append(f"{where}: no 'created' entry in the journal")
+                problems += await crosscheck.problems(where, r, fact, sealer, entry)
                 outcome = fact.get("outcome")
                 if r["status"] == "pending":
                     if outcome is not None:
@@ -311,28 +318,13 @@ class Journal:
                 if outcome is None or outcome["event"] != r["status"]:
                     problems.append(f"{where}: {r['status']}, but the journal has no such entry")
                     continue
-                if r["status"] == "answered":
-                    if (outcome["principal"], outcome["channel"]) != (r["resolved_by"], r["resolved_via"]):
-                        problems.append(f"{where}: answered by {r['resolved_by']} via {r['resolved_via']}, but "
-                                        f"the journal says {outcome['principal']} via {outcome['channel']}")
-                    if outcome.get("digest") != r["response_digest"]:
-                        problems.append(f"{where}: the answer's digest differs from the journal's")
+                if r["status"] == "answered" and (
+                        (outcome["principal"], outcome["channel"]) != (r["resolved_by"], r["resolved_via"])):
+                    problems.append(f"{where}: answered by {r['resolved_by']} via {r['resolved_via']}, but "
+                                    f"the journal says {outcome['principal']} via {outcome['channel']}")
             after = rows[-1]["id"]
         for request_id in sorted(facts):
             problems.append(f"tenant {tenant}, request {request_id}: in the journal but not in the requests table")
-
-
-def _note(facts: dict[str, dict[str, Any]], r: Mapping[str, Any]) -> None:
-    request_id = r["request_id"]
-    if request_id is None or (r["event"] != "created" and r["event"] not in TERMINAL_EVENTS):
-        return
-    fact = facts.setdefault(request_id, {})
-    if r["event"] == "created":
-        fact["created"] = True
-    else:
-        data = json.loads(r["data_json"])
-        fact["outcome"] = {"event": r["event"], "principal": r["principal"], "channel": r["channel"],
-                           "digest": data.get("response_digest")}
 
 
 def _journal_tenants(c: Connection) -> list[str]:

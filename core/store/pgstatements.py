@@ -80,6 +80,9 @@ _JOINED_READ = (
 GET_JOINED = {"id": Statement(_JOINED_READ + "WHERE r.id = :id AND r.tenant_id = :tenant_id ORDER BY d.id"),
               "unique_id": Statement(_JOINED_READ + "WHERE r.tenant_id = :tenant_id AND r.unique_id = :unique_id "
                                      "ORDER BY d.id")}
+# A held sensitive answer, read only for a request that holds one (core/store/sealed.py): no other read
+# touches its table, so the table's rewrite never holds up anything but sensitive answers.
+GET_SEALED = Statement("SELECT sealed, wrapped_key FROM sealed_answers WHERE request_id = :id AND tenant_id = :tenant_id")
 _DELIVERIES_JSON = (
     "(SELECT coalesce(json_agg(json_build_object(" + ", ".join(f"'{c}', d.{c}" for c in DELIVERY_COLUMNS)
     + ") ORDER BY d.id), '[]') FROM deliveries d WHERE d.request_id = changed.id "
@@ -113,13 +116,17 @@ def _create_statement(columns: tuple[str, ...], notify: bool) -> Statement:
         f"SELECT {_GUARD}{_NOTIFY if notify else ''} FROM req")
 
 
-def _change_statement(sets: tuple[str, ...], condition: str, notify: bool, with_deliveries: bool) -> Statement:
+def _change_statement(sets: tuple[str, ...], condition: str, notify: bool, with_deliveries: bool,
+                      sealed: bool) -> Statement:
     """A compare-and-set on a pending request, journaled: the entry's run id is the one its HMAC was
-    computed over, so a row whose run id differs gets no entry, and the guard undoes the change."""
+    computed over, so a row whose run id differs gets no entry, and the guard undoes the change. ``sealed``:
+    a sensitive answer's sealed parts go to their own table in the same statement (core/store/sealed.py)."""
     assignments = ", ".join(f"{c} = :s_{c}" for c in sets)
+    held = ("held AS (INSERT INTO sealed_answers (request_id, tenant_id, sealed, wrapped_key) "
+            "SELECT changed.id, changed.tenant_id, :k_sealed::text, :k_key::text FROM changed RETURNING 1), ")
     return Statement(
         f"WITH changed AS (UPDATE requests SET {assignments} WHERE id = :w_id AND tenant_id = :w_tenant_id "
-        f"AND status = 'pending'{condition} RETURNING *), "
+        f"AND status = 'pending'{condition} RETURNING *), {held if sealed else ''}"
         f"{_chain('changed WHERE changed.run_id IS NOT DISTINCT FROM :e_run_id::varchar')}"
         f"SELECT changed.*, {_GUARD}{_NOTIFY if notify else ''}"
         f"{', ' + _DELIVERIES_JSON if with_deliveries else ''} FROM changed")
@@ -131,4 +138,5 @@ CONDITIONS = {True: " AND expires_at > :w_now", False: " AND expires_at <= :w_no
 
 
 __all__: Sequence[str] = ("Statement", "DELIVERY_COLUMNS", "REQUEST_DEFAULTS", "READ_HEAD", "LOCK_HEAD", "GET_JOINED",
+                          "GET_SEALED",
                           "CREATES", "CHANGES", "CONDITIONS", "ANALYZED", "NEVER_ANALYZED", "ANALYZE")

@@ -29,6 +29,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from handraise.core.errors import UnavailableError
 from handraise.core.store.breaker import StoreBreaker
+from handraise.core.store.sealed import Pair, carrying, held
 from handraise.core.store.journal import GENESIS_HASH, JournalEntry, chain_hash, entry_row
 from handraise.core.store.pgstatements import (
     ANALYZE,
@@ -38,6 +39,7 @@ from handraise.core.store.pgstatements import (
     CREATES,
     DELIVERY_COLUMNS,
     GET_JOINED,
+    GET_SEALED,
     LOCK_HEAD,
     NEVER_ANALYZED,
     READ_HEAD,
@@ -246,7 +248,15 @@ class PgHotUnits:
         request = dict(itertools.islice(rows[0].items(), width))
         deliveries = [dict(zip(DELIVERY_COLUMNS, itertools.islice(r.values(), width, None)))
                       for r in rows if r["delivery_id"] is not None]
-        return request, deliveries
+        pair = None
+        if held(request):
+            found = await self._fetch(self._read_engine, GET_SEALED, [GET_SEALED.args(request)])
+            pair = (found[0]["sealed"], found[0]["wrapped_key"]) if found else None
+        return carrying(request, pair), deliveries
+
+    async def execute_alone(self, sql: str) -> None:
+        """``sql`` (statements without parameters) on a writers' connection, outside any transaction."""
+        await self._connected(self._write_engine, lambda conn: conn.execute(sql))
 
     async def _read_head(self, tenant_id: str) -> tuple[int, str]:
         rows = await self._fetch(self._read_engine, READ_HEAD, [[tenant_id]])
@@ -483,19 +493,22 @@ class PgHotUnits:
 
     async def change(self, *, sets: Mapping[str, Any], where: Mapping[str, Any], require_unexpired: bool | None,
                      journal: Mapping[str, Any], notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool,
-                     fallback: Fallback) -> Resolution | None:
+                     sealed: Pair | None, fallback: Fallback) -> Resolution | None:
         """Compare-and-set a pending request (``where``: w_id, w_tenant_id, w_now) to ``sets`` and journal
         it (``journal``: the entry's fields but its run id); None when another writer won. The entry's run
         id is the row's, which the caller read and put in its notice (a request's run id never changes);
-        a row with another (the sweeper does not read first) takes the locked path, which journals the row's."""
+        a row with another (the sweeper does not read first) takes the locked path, which journals the row's.
+        ``sealed``: a sensitive answer's sealed parts, held in their own table by the same statement."""
         columns = tuple(sets)
         where = {k: where[k] for k in ("w_id", "w_tenant_id", "w_now")}
         entry = entry_row(**journal, run_id=(notify[1] if notify else {}).get("run_id"))
 
         def prepare(params: dict[str, Any]) -> Statement:
             params.update({f"s_{c}": v for c, v in sets.items()}, **where)
+            if sealed is not None:
+                params["k_sealed"], params["k_key"] = sealed
             return CHANGES.get(columns, CONDITIONS[require_unexpired],
-                                self._notice(params, notify, params["e_seq"]), with_deliveries)
+                                self._notice(params, notify, params["e_seq"]), with_deliveries, sealed is not None)
 
         def finish(row: Any, params: dict[str, Any]) -> Resolution | None:
             if row is None:
@@ -503,7 +516,7 @@ class PgHotUnits:
             changed = dict(row)
             del changed["chained"], changed["entry_seq"]
             deliveries = json.loads(changed.pop("deliveries_json")) if with_deliveries else []
-            return Resolution(changed, deliveries, _entry(params))
+            return Resolution(carrying(changed, sealed), deliveries, _entry(params))
 
         return await self._chained(entry, prepare, finish, fallback)
 

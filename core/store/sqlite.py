@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# How long a statement waits for another process's lock (the ``handraise`` CLI's, a backup's).
+BUSY_TIMEOUT_MS = 10000
+# How long the checkpoint that truncates the WAL waits for another process's readers (``checkpoint_job``).
+CHECKPOINT_WAIT_MS = 100
+
 
 class WriteQueue:
     """The statements of one write transaction, in order, waiting for the database thread."""
@@ -379,16 +384,29 @@ class SqliteRunner:
             c.rollback()
             raise
 
-    async def checkpoint(self) -> None:
-        await result(self.thread.submit(self.checkpoint_job, (), tx=WriteQueue(), last=True))
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and truncate it; False when a reader (of another process) kept
+        it from finishing, and the WAL still holds what it held."""
+        return await result(self.thread.submit(self.checkpoint_job, (), tx=WriteQueue(), last=True))
 
     async def migrate(self, upgrade: Callable[[Connection], None]) -> None:
         await result(self.thread.submit(self.migrate_job, (upgrade,), tx=WriteQueue(), last=True))
 
-    def checkpoint_job(self) -> None:
+    def checkpoint_job(self) -> bool:
         # Runs as a write transaction's only statement: no writer of ours is mid-transaction, which
         # TRUNCATE would wait for. Read to the end: an unfinished statement keeps a read transaction open.
-        self._read_job(lambda c: c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all(), ())
+        # Its row is (busy, WAL frames, frames copied): busy 1 when it could not finish. Another process's
+        # reader would keep it waiting for the whole busy timeout, and the database thread with it: it waits
+        # CHECKPOINT_WAIT_MS at most, and the sweeper's next tick tries again (core/store/sealed.py).
+        def run(c: Connection) -> list[Any]:
+            c.exec_driver_sql(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
+            try:
+                return list(c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all())
+            finally:
+                c.exec_driver_sql(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+
+        rows = self._read_job(run, ())
+        return bool(rows) and rows[0][0] == 0
 
     def migrate_job(self, upgrade: Callable[[Connection], None]) -> None:
         with self.engine.begin() as c:
@@ -521,7 +539,7 @@ def configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         # Deleted sensitive values are overwritten with zeros, not left in free pages.
         cursor.execute("PRAGMA secure_delete=ON")

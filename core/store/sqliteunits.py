@@ -16,6 +16,7 @@ from typing import Any
 
 from handraise.core.models import DeliveryRow, RequestRow
 from handraise.core.store.journal import JournalEntry, SqliteChain, entry_row
+from handraise.core.store.sealed import Pair, attach_raw, carrying, insert_raw
 from handraise.core.store.statements import RequestWithDeliveries, Resolution
 
 _requests = RequestRow.__table__
@@ -86,9 +87,11 @@ class SqliteHotUnits:
         return self._chain.append(raw, entry)
 
     def change(self, raw: sqlite3.Connection, sets: Mapping[str, Any], where: Mapping[str, Any],
-               require_unexpired: bool | None, journal: Mapping[str, Any], with_deliveries: bool) -> Resolution | None:
+               require_unexpired: bool | None, journal: Mapping[str, Any], with_deliveries: bool,
+               sealed: Pair | None = None) -> Resolution | None:
         """Compare-and-set a pending request (``where``: w_id, w_tenant_id, w_now) to ``sets`` and journal it
-        under the row's run; None when another writer won (or the deadline's condition does not hold)."""
+        under the row's run; None when another writer won (or the deadline's condition does not hold).
+        ``sealed``: a sensitive answer's sealed parts, held in their own table (core/store/sealed.py)."""
         columns = tuple(sets)
         sql = self._changes.get((columns, require_unexpired))
         if sql is None:
@@ -102,7 +105,9 @@ class SqliteHotUnits:
         changed = cursor.fetchall()
         if not changed:
             return None
-        row = _request(_names(cursor), changed[0])
+        row = carrying(_request(_names(cursor), changed[0]), sealed)
+        if sealed is not None:
+            insert_raw(raw, row, sealed)
         deliveries: list[dict[str, Any]] = []
         if with_deliveries:
             cursor = raw.execute(_DELIVERIES, (row["tenant_id"], row["id"]))
@@ -124,7 +129,7 @@ class SqliteHotUnits:
         if not rows:
             return None
         width = len(rows[0]) - len(_SHOWN) - 1  # the request's columns, then the delivery's id and the rest
-        request = _request(_names(cursor)[:width], rows[0][:width])
+        request = attach_raw(raw, _request(_names(cursor)[:width], rows[0][:width]))
         deliveries = [dict(zip(_SHOWN, r[width + 1:])) for r in rows if r[width] is not None]
         return request, deliveries
 
@@ -134,4 +139,4 @@ class SqliteHotUnits:
         by, key = ("id", request_id) if request_id is not None else ("unique_id", unique_id)
         cursor = raw.execute(_GET[by], (key, tenant_id))
         found = cursor.fetchall()  # to the end: a statement left unfinished holds its read transaction open
-        return _request(_names(cursor), found[0]) if found else None
+        return attach_raw(raw, _request(_names(cursor), found[0])) if found else None

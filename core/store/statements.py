@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, or_, select, text, union, update
+from sqlalchemy import and_, bindparam, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -58,24 +58,6 @@ _RETURNING = tuple(requests_t.c)
 CANCEL_REQUEST = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), requests_t.c.status == "pending",
 ).values(status="cancelled", resolved_at=_b("w_now"), resolved_by=_b("w_principal"), resolved_via="api")
-# Shreds a sensitive answer: its sealed value and its wrapped key go together.
-PURGE_RESPONSE = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
-    requests_t.c.response_sealed.is_not(None),
-).values(response_sealed=None, response_key=None, response_json=None, response_purged=True)
-MARK_DELIVERED = update(requests_t).where(
-    requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"),
-    requests_t.c.response_sealed.is_not(None), requests_t.c.response_delivered_at.is_(None),
-).values(response_delivered_at=_b("w_now"))
-_HELD = requests_t.c.response_sealed.is_not(None)
-# Two range scans of partial indexes that hold only the rows still holding an answer (migrations
-# 0004 and 0009): the sweeper reads the answers that are due, not every one still within its time.
-HELD_SENSITIVE = union(
-    select(requests_t.c.id, requests_t.c.tenant_id).where(_HELD, requests_t.c.resolved_at < _b("resolved_before")),
-    select(requests_t.c.id, requests_t.c.tenant_id).where(
-        _HELD, requests_t.c.response_delivered_at < _b("delivered_before")),
-).limit(_b("limit"))
-
 INSERT_API_KEY = insert(api_keys_t)
 REVOKE_API_KEY = (update(api_keys_t).where(api_keys_t.c.id == _b("w_id"), api_keys_t.c.revoked_at.is_(None))
                    .values(revoked_at=_b("w_now")))

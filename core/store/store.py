@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from handraise.core.errors import ConfigError, UnavailableError
+from handraise.core.sealing import Sealer
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store.breaker import StoreBreaker
 from handraise.core.store.chatrefs import ChatRefRecords
@@ -38,6 +39,7 @@ from handraise.core.store.leadership import LeaderLocks, lock_key
 from handraise.core.store.links import LinkRecords
 from handraise.core.store.reviews import ReviewRecords
 from handraise.core.store.schedule import ScheduleRecords
+from handraise.core.store.sealed import REWRITE, SealedRecords, carrying, first_request, insert_in, split
 from handraise.core.store.runs import RunRecords
 from handraise.core.store.sqlite import SqliteRunner
 from handraise.core.store.sqliteunits import SqliteHotUnits
@@ -52,15 +54,12 @@ from handraise.core.store.statements import (
     GET_ANNOTATION,
     GET_REQUEST,
     GET_REQUEST_BY_UNIQUE_ID,
-    HELD_SENSITIVE,
     INSERT_ANNOTATION,
     INSERT_API_KEY,
     INSERTS,
     list_requests_statement,
-    MARK_DELIVERED,
     NOTIFY,
     overdue_statement,
-    PURGE_RESPONSE,
     RequestWithDeliveries,
     Resolution,
     RESOLVE,
@@ -192,6 +191,8 @@ class Store:
         self.state = StateRecords(read=self._read, write=self._write, dialect=self.dialect)
         # Where requests were posted, each change journaled with it (core/store/deliveries.py).
         self.deliveries = DeliveryRecords(read=self._read, write=self._write, journal=self.journal)
+        # Held sensitive answers, their hand-over and shredding, and cleaning the files (core/store/sealed.py).
+        self.sealed = SealedRecords(read=self._read, write=self._write, clean=self._clean_files)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -306,6 +307,15 @@ class Store:
         if self._runner is not None:
             await self._runner.checkpoint()
 
+    async def _clean_files(self) -> bool:
+        """Leave nothing of deleted sensitive answers in the files (core/store/sealed.py); True when done."""
+        if self._runner is not None:
+            return await self._runner.checkpoint()
+        if self._hot is None:
+            raise UnavailableError("store is not open")
+        await self._hot.execute_alone(REWRITE)
+        return True
+
     # -- running units of work -------------------------------------------------
 
     def _pg_engine(self) -> AsyncEngine:
@@ -380,13 +390,13 @@ class Store:
                           conn: StoreConnection | None = None) -> dict[str, Any] | None:
         if self._lite is not None:
             return await self._on_raw(conn, self._lite.request, tenant_id, request_id, None)
-        return await self._on(conn, first, GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
+        return await self._on(conn, first_request, GET_REQUEST, {"id": request_id, "tenant_id": tenant_id})
 
     async def get_request_by_unique_id(self, tenant_id: str, unique_id: str, *,
                                        conn: StoreConnection | None = None) -> dict[str, Any] | None:
         if self._lite is not None:
             return await self._on_raw(conn, self._lite.request, tenant_id, None, unique_id)
-        return await self._on(conn, first, GET_REQUEST_BY_UNIQUE_ID,
+        return await self._on(conn, first_request, GET_REQUEST_BY_UNIQUE_ID,
                               {"tenant_id": tenant_id, "unique_id": unique_id})
 
     async def get_request_with_deliveries(self, tenant_id: str, *, request_id: str | None = None,
@@ -426,36 +436,46 @@ class Store:
         """Compare-and-set pending → ``status`` and journal it, as one unit of work; None when another
         writer won. ``journal`` is the entry's fields but its run id (the row's is used). On PostgreSQL,
         as a transaction's first unit it commits at once (see ``create_request`` and pgunits.py)."""
-        sets = {"status": status, "resolved_at": now, **values}
+        # A sensitive answer's sealed parts go to their own table (core/store/sealed.py), in the same unit.
+        sets, pair = split({"status": status, "resolved_at": now, **values})
         where = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
-        return await self._change(conn, RESOLVE[require_unexpired], {**sets, **where}, sets, require_unexpired,
-                                  journal, notify, with_deliveries)
+        done = None
+        try:
+            done = await self._change(conn, RESOLVE[require_unexpired], {**sets, **where}, sets, require_unexpired,
+                                      journal, notify, with_deliveries, pair)
+        finally:
+            # An answer not taken may have left its sealed parts in a row version undone: clean the files.
+            self.sealed.dirty = self.sealed.dirty or (pair is not None and done is None)
+        return done
 
     async def cancel(self, conn: StoreConnection, *, request_id: str, tenant_id: str, now: float, principal: str,
                      journal: Mapping[str, Any], notify: Mapping[str, Any] | None = None) -> Resolution | None:
         params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now, "w_principal": principal}
         sets = {"status": "cancelled", "resolved_at": now, "resolved_by": principal, "resolved_via": "api"}
-        return await self._change(conn, CANCEL_RETURNING, params, sets, None, journal, notify, True)
+        return await self._change(conn, CANCEL_RETURNING, params, sets, None, journal, notify, True, None)
 
     async def _change(self, conn: StoreConnection, stmt: Any, params: dict[str, Any], sets: dict[str, Any],
                       require_unexpired: bool | None, journal: Mapping[str, Any], notify: Mapping[str, Any] | None,
-                      with_deliveries: bool) -> Resolution | None:
+                      with_deliveries: bool, pair: tuple[str, str] | None) -> Resolution | None:
         if self._lite is not None:
             return await self._on_raw(conn, self._lite.change, sets, params, require_unexpired, journal,
-                                      with_deliveries)
-        args = (stmt, params, dict(journal), self._notify_arg(notify), with_deliveries)
+                                      with_deliveries, pair)
+        args = (stmt, params, dict(journal), self._notify_arg(notify), with_deliveries, pair)
         if self._hot is not None and conn.commit_alone():
             return await self._hot.change(sets=sets, where=params, require_unexpired=require_unexpired,
                                           journal=journal, notify=args[3], with_deliveries=with_deliveries,
-                                          fallback=lambda: self._write(self._resolve_unit, *args))
+                                          sealed=pair, fallback=lambda: self._write(self._resolve_unit, *args))
         return await conn.run(self._resolve_unit, *args)
 
     def _resolve_unit(self, c: Connection, stmt: Any, params: dict[str, Any], journal: dict[str, Any],
-                      notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool) -> Resolution | None:
+                      notify: tuple[str, Mapping[str, Any]] | None, with_deliveries: bool,
+                      pair: tuple[str, str] | None) -> Resolution | None:
         changed = c.execute(stmt, params).mappings().first()
         if changed is None:
             return None
-        row = dict(changed)
+        row = carrying(dict(changed), pair)
+        if pair is not None:
+            insert_in(c, row, pair)
         deliveries: list[dict[str, Any]] = []
         if with_deliveries:
             deliveries = all_rows(c, DELIVERIES_FOR_REQUEST,
@@ -478,22 +498,6 @@ class Store:
         rows = await self._read(all_rows, overdue_statement(now, limit=limit))
         return [(r["id"], r["tenant_id"], r["on_timeout_json"]) for r in rows]
 
-    async def uncollected_sensitive(self, *, resolved_before: float, delivered_before: float,
-                                    limit: int = 500) -> list[tuple[str, str]]:
-        """Sensitive answers still held past their retention (never collected) or their grace (handed out)."""
-        params = {"resolved_before": resolved_before, "delivered_before": delivered_before, "limit": limit}
-        return [(r["id"], r["tenant_id"]) for r in await self._read(all_rows, HELD_SENSITIVE, params)]
-
-    async def mark_delivered(self, *, request_id: str, tenant_id: str, now: float) -> bool:
-        """True for the first hand-over of a held sensitive answer (its grace starts now)."""
-        params = {"w_id": request_id, "w_tenant_id": tenant_id, "w_now": now}
-        return await self._write(rowcount, MARK_DELIVERED, params) == 1
-
-    async def purge_response(self, conn: StoreConnection, *, request_id: str, tenant_id: str) -> bool:
-        """Shred a held sensitive answer in the caller's transaction (which journals it); False when there
-        was none (deleted already)."""
-        return await conn.run(rowcount, PURGE_RESPONSE, {"w_id": request_id, "w_tenant_id": tenant_id}) == 1
-
     # -- journal (core/store/journal.py) ---------------------------------------
 
     async def append_journal(self, conn: StoreConnection, **fields: Any) -> JournalEntry:
@@ -507,7 +511,7 @@ class Store:
         return await self.journal.for_run(tenant_id=tenant_id, run_id=run_id, limit=limit)
 
     async def verify_journal(self, *, anchor: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
-        return await self.journal.verify(anchor=anchor)
+        return await self.journal.verify(sealer=Sealer(self.secret), anchor=anchor)
 
     # -- api keys --------------------------------------------------------------
 

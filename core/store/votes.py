@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from handraise.core.models import RequestRow
 from handraise.core.store.journal import Journal, JournalEntry, entry_row
+from handraise.core.store.sealed import Pair, carrying, insert_in, split
 from handraise.core.store.units import StoreConnection
 
 requests_t = RequestRow.__table__
@@ -49,17 +50,21 @@ class VoteRecords:
                    values: Mapping[str, Any], journal: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Cast | None:
         """Write ``values`` if the request is still pending at ``version``; None when another vote (or the
         deadline, or a cancel) got there first. ``journal``: each entry's fields but its run id, with the
-        NOTIFY that goes with it (its seq added) to other instances."""
-        params = {**values, "votes_version": version + 1, "w_id": request_id, "w_tenant_id": tenant_id,
+        NOTIFY that goes with it (its seq added) to other instances. A sensitive answer's sealed parts
+        go to their own table (core/store/sealed.py)."""
+        columns, pair = split(values)
+        params = {**columns, "votes_version": version + 1, "w_id": request_id, "w_tenant_id": tenant_id,
                   "w_now": now, "w_version": version}
-        return await conn.run(self._cast_unit, params, [(dict(e), self._notice(n)) for e, n in journal])
+        return await conn.run(self._cast_unit, params, [(dict(e), self._notice(n)) for e, n in journal], pair)
 
     def _cast_unit(self, c: Connection, params: dict[str, Any],
-                   journal: list[tuple[dict[str, Any], Notice]]) -> Cast | None:
+                   journal: list[tuple[dict[str, Any], Notice]], pair: Pair | None) -> Cast | None:
         changed = c.execute(_CAST, params).mappings().first()
         if changed is None:
             return None
-        row = dict(changed)
+        row = carrying(dict(changed), pair)
+        if pair is not None:
+            insert_in(c, row, pair)
         entries = [self._journal.append_in(c, entry_row(**entry, run_id=row["run_id"]),
                                            None if notify is None else (notify[0], {**notify[1], "run_id": row["run_id"]}))
                    for entry, notify in journal]

@@ -19,6 +19,7 @@ from harness.pgproxy import StallableProxy
 from sqlalchemy import event
 
 from handraise.core.errors import ConflictError, UnavailableError
+from handraise.core.sealing import Sealer
 from handraise.core.serversecret import ServerSecret
 from handraise.core.store import Store
 from handraise.core.store import pgunits
@@ -81,13 +82,16 @@ async def create(store: Store, i: str, **row: Any) -> Any:
 async def answer(store: Store, i: str, *, tenant_id: str = "t", run_id: str | None = None,
                  with_deliveries: bool = False) -> Any:
     now = time.time()
+    # As the service answers: the answer's keyed digest in the row and its entry (journal verify recomputes it).
+    digest = Sealer(SECRET).digest(tenant_id=tenant_id, request_id=f"req_{i}", canonical='"yes"')
     async with store.transaction() as conn:
         return await store.resolve(
             conn, request_id=f"req_{i}", tenant_id=tenant_id, status="answered", now=now, require_unexpired=True,
-            values={"response_json": '"yes"', "resolved_by": "operator:o", "resolved_via": "api"},
+            values={"response_json": '"yes"', "response_digest": digest, "resolved_by": "operator:o",
+                    "resolved_via": "api"},
             with_deliveries=with_deliveries,
             journal={"tenant_id": tenant_id, "event": "answered", "request_id": f"req_{i}", "principal": "operator:o",
-                     "channel": "api", "data": {}, "at": now},
+                     "channel": "api", "data": {"response_digest": digest}, "at": now},
             notify={"type": "request.resolved", "id": f"req_{i}", "run_id": run_id})
 
 

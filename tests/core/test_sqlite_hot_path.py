@@ -19,8 +19,8 @@ from tests.core.test_pg_hot_path import answer, create, cycle, opened, request_r
 
 from handraise.core.errors import ConflictError, UnavailableError
 from handraise.core.store import Store
+from handraise.core.store.sealed import attach, first_request
 from handraise.core.store.statements import GET_REQUEST, GET_REQUEST_JOINED, row_and_deliveries
-from handraise.core.store.units import first
 
 
 @contextlib.contextmanager
@@ -173,6 +173,12 @@ async def test_another_process_appending_between_two_of_ours_leaves_one_gapless_
                 assert await store.verify_journal() == []
 
 
+def joined_with_sealed(c: Any, params: dict[str, Any]) -> Any:
+    """The store's joined read as SQLAlchemy would make it: the request with what it holds sealed."""
+    found = row_and_deliveries(c, GET_REQUEST_JOINED, params)
+    return None if found is None else (attach(c, found[0]), found[1])
+
+
 async def test_rows_are_what_sqlalchemy_hands_over(sqlite_url: str) -> None:
     async with opened(sqlite_url) as store:
         r = request_row("0", run_id="run-1") | {"sensitive": True}
@@ -183,13 +189,12 @@ async def test_rows_are_what_sqlalchemy_hands_over(sqlite_url: str) -> None:
         await store.deliveries.open(tenant_id="t", request_id="req_0", channel="slack", target="C1", now=2.0)
         raw = await store.get_request("t", "req_0")
         assert raw is not None and raw["sensitive"] is True and raw["response_purged"] is False
-        via_sqlalchemy = await store._read(first, GET_REQUEST, {"id": "req_0", "tenant_id": "t"})  # noqa: SLF001
+        via_sqlalchemy = await store._read(first_request, GET_REQUEST, {"id": "req_0", "tenant_id": "t"})  # noqa: SLF001
         assert raw == via_sqlalchemy
         assert {k: type(v) for k, v in raw.items()} == {k: type(v) for k, v in via_sqlalchemy.items()}
         assert await store.get_request_by_unique_id("t", "u-0") == raw
         joined = await store.get_request_with_deliveries("t", unique_id="u-0")
-        joined_via_sqlalchemy = await store._read(row_and_deliveries, GET_REQUEST_JOINED,  # noqa: SLF001
-                                                  {"id": "req_0", "tenant_id": "t"})
+        joined_via_sqlalchemy = await store._read(joined_with_sealed, {"id": "req_0", "tenant_id": "t"})  # noqa: SLF001
         assert joined == joined_via_sqlalchemy and joined is not None and len(joined[1]) == 2
         done = await answer(store, "0", with_deliveries=True)
         assert done is not None and done.row == await store.get_request("t", "req_0")
