@@ -51,7 +51,7 @@ class RequestRow(SQLModel, table=True):
         Index("ix_requests_tenant_status_created", "tenant_id", "status", "created_at"),
         Index("ix_requests_tenant_run_created", "tenant_id", "run_id", "created_at"),
         # The sweeper's look for sensitive answers still held, by answer time and by hand-over time: only those
-        # rows are in them (migration 0018, as 0004 and 0009 on the former columns), so each look is a range.
+        # rows are in them (migration 0019, as 0004 and 0009 on the former columns), so each look is a range.
         Index("ix_requests_held_resolved", "resolved_at", sqlite_where=text(HELD_ANSWER),
               postgresql_where=text(HELD_ANSWER)),
         Index("ix_requests_held_delivered", "response_delivered_at", sqlite_where=text(HELD_ANSWER),
@@ -124,7 +124,7 @@ class SealedAnswerRow(SQLModel, table=True):
     secret's (core/sealing.py). A row is inserted once, when the request is answered, and deleted once, when
     the answer is shredded; never updated. Kept apart from ``requests`` so that what deleting it leaves
     behind (PostgreSQL keeps deleted row versions in the table's file) is all in one small table, which
-    the store rewrites after deletions (core/store/sealed.py; migration 0018)."""
+    the store rewrites after deletions (core/store/sealed.py; migration 0019)."""
 
     __tablename__ = "sealed_answers"
 

@@ -70,7 +70,7 @@ _MARK_DELIVERED = update(requests_t).where(
     requests_t.c.id == _b("w_id"), requests_t.c.tenant_id == _b("w_tenant_id"), _HELD,
     requests_t.c.response_delivered_at.is_(None),
 ).values(response_delivered_at=_b("w_now"))
-# Two range scans of partial indexes that hold only the requests whose answer is held (migration 0018): the
+# Two range scans of partial indexes that hold only the requests whose answer is held (migration 0019): the
 # sweeper reads the answers that are due, not every one within its time, and never the held answers' table.
 HELD_DUE = union(
     select(requests_t.c.id, requests_t.c.tenant_id).where(_HELD, requests_t.c.resolved_at < _b("resolved_before")),

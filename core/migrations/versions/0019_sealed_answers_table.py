@@ -1,7 +1,7 @@
 """sealed_answers: held sensitive answers in a table of their own
 
-Revision ID: 0018
-Revises: 0016
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-01
 
 A sensitive answer and its wrapped key move from ``requests.response_sealed`` / ``response_key`` to
@@ -25,8 +25,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = "0018"
-down_revision = "0016"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
