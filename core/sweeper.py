@@ -103,7 +103,7 @@ class Sweeping:
         if not force and now - self._pruned_at < min(PRUNE_EVERY_SECONDS, retention):
             return {}
         self._pruned_at = now
-        pruned = await self.store.prune_spent(before=now - retention)
+        pruned = await self.store.prune_spent(before=now - retention, now=now)
         if any(pruned.values()):
             log.info("spent rows pruned", extra={"pruned": pruned})
         return pruned

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from handraise.core.attempts import AttemptLimiter
 from handraise.core.config import Settings
 from handraise.core.errors import NoPersonError, SeveralTenantsError, SigninRefusedError
 from handraise.core.inbox import InboxAccess, InboxSession
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # A sign-in is finished within this many seconds of its start, or started again.
 LOGIN_SECONDS = 600
+# Sign-ins one address may start a minute (a person retrying, a few tabs); a flood is a 429, not rows.
+STARTS_PER_MINUTE = 20
 # Longer values than any this server makes are not looked up (a state, a browser cookie).
 _MAX_TOKEN = 128
 
@@ -66,11 +69,16 @@ class OidcSignin:
         self.inbox = inbox
         self.clock = clock
         self.provider = provider or OidcProvider(settings=self.oidc, server=settings.server)
+        self.starts = AttemptLimiter(max_failures=STARTS_PER_MINUTE, window=60.0)
 
-    async def start(self, *, tenant_id: str | None, browser: str | None) -> StartedLogin:
+    async def start(self, *, tenant_id: str | None, browser: str | None, client: str = "") -> StartedLogin:
         """A new sign-in; ``tenant_id``: the tenant asked for (``?tenant=``), checked only at the end so a
         stranger learns nothing about which tenants exist. ``browser``: the browser's binding cookie if it
-        has one already (a second tab keeps the first one's sign-in working)."""
+        has one already (a second tab keeps the first one's sign-in working). ``client``: the address it
+        came from: anyone may start a sign-in, and each is a row, so each address starts a few a minute
+        (RateLimitedError beyond)."""
+        self.starts.check(client)
+        self.starts.failed(client)
         browser = browser if _plausible(browser) else secrets.token_urlsafe(32)
         state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         # RFC 7636 §4.1: 43 to 128 unreserved characters; 64 here.

@@ -38,9 +38,9 @@ def _prune(table: Any, age: Any, *conditions: Any) -> Any:
     return delete(table).where(target.in_(old))
 
 
-def _prune_expired(table: Any) -> Any:
+def _prune_expired(table: Any, cut_off: str = "before") -> Any:
     """Rows that expired before the cut-off (the inbox's sign-ins and sessions: about no request)."""
-    old = (select(table.c.id).where(table.c.expires_at < bindparam("before"))
+    old = (select(table.c.id).where(table.c.expires_at < bindparam(cut_off))
            .order_by(table.c.expires_at).limit(bindparam("limit")))
     return delete(table).where(table.c.id.in_(old))
 
@@ -57,13 +57,15 @@ def _statements() -> dict[str, Any]:
         # An inbox sign-in link, used or not, and a session, ended or not, once past their absolute end.
         "inbox_signins": _prune_expired(InboxSigninRow.__table__),
         "inbox_sessions": _prune_expired(InboxSessionRow.__table__),
-        # A sign-in through the identity provider, finished or abandoned, once past its end.
-        "oidc_logins": _prune_expired(OidcLoginRow.__table__),
+        # A sign-in through the identity provider, finished or abandoned, as soon as it is past its end: anyone
+        # may start one, so none is kept for the retention (and starts are rate-limited per address).
+        "oidc_logins": _prune_expired(OidcLoginRow.__table__, "now"),
     }
 
 
 _PRUNE = _statements()
 
 
-def prune_spent(c: Connection, before: float, limit: int) -> dict[str, int]:
-    return {name: c.execute(stmt, {"before": before, "limit": limit}).rowcount for name, stmt in _PRUNE.items()}
+def prune_spent(c: Connection, before: float, limit: int, now: float) -> dict[str, int]:
+    return {name: c.execute(stmt, {"before": before, "now": now, "limit": limit}).rowcount
+            for name, stmt in _PRUNE.items()}

@@ -558,10 +558,11 @@ class Store:
 
     # -- pruning (core/store/pruning.py) ---------------------------------------
 
-    async def prune_spent(self, *, before: float, limit: int = 1000) -> dict[str, int]:
+    async def prune_spent(self, *, before: float, now: float, limit: int = 1000) -> dict[str, int]:
         """Delete what requests no longer pending left behind before ``before``: button tokens, message refs,
-        links and per-request state; at most ``limit`` rows of each per call. How many went, per table."""
-        return await self._write(prune_spent, before, limit)
+        links and per-request state (and sign-ins through the identity provider past their end at ``now``);
+        at most ``limit`` rows of each per call. How many went, per table."""
+        return await self._write(prune_spent, before, limit, now)
 
     # -- notifications and leadership (PostgreSQL) -----------------------------
 

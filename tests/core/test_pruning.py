@@ -83,7 +83,7 @@ async def test_old_rows_of_finished_requests_go_and_live_ones_stay(storage_url: 
         assert await traces_left(api, live) == ALL
         assert await api.app[STORE].state.get("telegram.sync", "position") == "42"
         # A pass deletes at most its limit per table, oldest first.
-        assert set((await api.app[STORE].prune_spent(before=time.time() + 9 * 86400, limit=0)).values()) == {0}
+        assert set((await api.app[STORE].prune_spent(before=time.time() + 9 * 86400, now=time.time(), limit=0)).values()) == {0}
 
 
 async def test_the_sweeper_prunes_after_the_retention(storage_url: str) -> None:

@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ from aiohttp import ClientSession, CookieJar
 from sqlalchemy import text
 
 from conftest import Api, base_config, settings_from, web_app
-from handraise.core.appkeys import OIDC, STORE
-from handraise.core.oidc.signin import LOGIN_SECONDS
+from handraise.core.appkeys import OIDC, SERVICE, STORE
+from handraise.core.oidc.signin import LOGIN_SECONDS, STARTS_PER_MINUTE
 from handraise.core.store.units import rowcount, scalar
 from harness.fixtures import oidc_provider  # noqa: F401  (registers the fixture)
 from harness.oidc import OidcProviderServer, log_in
@@ -312,6 +313,26 @@ async def test_an_address_the_provider_did_not_verify_proves_nobody(oidc_provide
                         oidc={"require_email_verified": False}) as flow:
         status, page, _ = await flow.sign_in("unverified-ursula")
         assert status == 200 and "Ursula" in page
+
+
+async def test_a_flood_of_starts_is_refused_and_spent_logins_go_at_their_end(oidc_provider: OidcProviderServer,
+                                                                           sqlite_url: str) -> None:
+    """Anyone may start a sign-in and each start is a row: an address starts at most STARTS_PER_MINUTE a
+    minute (then a 429 page with Retry-After, no row), and the sweeper deletes a login once past its end."""
+    async def logins(api: Api) -> int:
+        async with api.app[STORE].reader() as conn:
+            return int(await conn.run(scalar, text("SELECT count(*) FROM oidc_logins")))
+
+    async with oidc_app(oidc_provider, sqlite_url) as flow:
+        for _ in range(STARTS_PER_MINUTE):
+            await flow.start()
+        status, page, headers = await flow.get("/inbox/login")
+        assert status == 429 and "Too many sign-ins at once" in page and int(headers["Retry-After"]) >= 1
+        assert await logins(flow.api) == STARTS_PER_MINUTE
+        service = flow.api.app[SERVICE]
+        service.clock = lambda: time.time() + LOGIN_SECONDS + 1
+        await service.prune_spent(force=True)
+        assert await logins(flow.api) == 0
 
 
 async def test_a_provider_that_does_not_answer_is_a_502_page(sqlite_url: str) -> None:

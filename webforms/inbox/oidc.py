@@ -18,6 +18,7 @@ from handraise.core.appkeys import OIDC
 from handraise.core.errors import (
     NoPersonError,
     ProviderUnavailableError,
+    RateLimitedError,
     SeveralTenantsError,
     SigninRefusedError,
 )
@@ -49,9 +50,14 @@ class OidcPages:
             return await self._refused(request, "unknown", status=400)
         try:
             started = await request.app[OIDC].start(tenant_id=tenant,  # type: ignore[union-attr]
-                                                    browser=request.cookies.get(OIDC_COOKIE))
+                                                    browser=request.cookies.get(OIDC_COOKIE),
+                                                    client=request.remote or "")
         except ProviderUnavailableError:
             return await self._refused(request, "unavailable", status=502, tenant=tenant)
+        except RateLimitedError as e:
+            refused = await self._refused(request, "rate_limited", status=429, tenant=tenant)
+            refused.headers["Retry-After"] = str(e.retry_after)
+            return refused
         response = web.HTTPSeeOther(started.url, headers=INBOX_HEADERS)
         set_oidc_cookie(response, started.browser, secure=self._secure(request), max_age=started.max_age)
         raise response
