@@ -13,8 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from handraise.core.errors import (
+    BadRequestError,
     HandraiseError,
     MethodNotAllowedError,
     NotFoundError,
@@ -109,6 +111,9 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
                 return error_response(NotFoundError("no such path"))
             code = _HTTP_CODES.get(e.status, "http_error")
             return json_response(error_body(code, code.replace("_", " ")), status=e.status)
+        except (web.RequestPayloadError, HttpProcessingError):
+            # A body aiohttp's parser refused on the way in (broken chunks, gzip that is not): the client's.
+            return error_response(BadRequestError("the request body could not be read"))
         except ConnectionResetError:  # the client went away: nothing to answer, nothing failed here
             raise
         except Exception:
