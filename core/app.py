@@ -52,7 +52,7 @@ from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
 from handraise.core.http import runs as run_routes
 from handraise.core.http.auth import Keyring
-from handraise.core.http.middleware import api_middleware, error_middleware, forbid_storing
+from handraise.core.http.middleware import api_middleware, error_middleware, every_response, forbid_storing
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
@@ -79,6 +79,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app = web.Application(middlewares=[api_middleware(admission)],
                           client_max_size=settings.server.max_body_bytes)
     app.on_response_prepare.append(forbid_storing)
+    app.on_response_prepare.append(every_response)
     app[ADMISSION] = admission
     instance_id = instance_id or secrets.token_hex(6)
     store = Store(url=settings.storage.url, secret=_server_secret(settings), pool_size=settings.storage.pool_size,

@@ -30,7 +30,7 @@ from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.http.output import json_response
 from handraise.core.logs import mask_tokens
 
-__all__ = ["api_middleware", "error_middleware", "error_response", "forbid_storing", "read_json"]
+__all__ = ["api_middleware", "error_middleware", "error_response", "every_response", "forbid_storing", "read_json"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ _TENANT_PREFIXES = ("/v1/", "/api/", "/mcp")
 # Under /v1 but the same for every caller and without a key: a discovery document, left cacheable like
 # /.well-known/openwop, which carries the same feedback block.
 _PUBLIC = frozenset({"/v1/capabilities"})
+# The response a handler prepared itself (an event stream): what the client got, should it go away mid-way.
+_PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey("prepared")
+# nginx's word for a client that closed the connection before any response was sent: for the access line
+# and the HTTP metrics, as nothing reaches the client.
+CLIENT_CLOSED = 499
+
+
+async def every_response(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: the request keeps the response it got, however written (an event stream,
+    the MCP SDK's), for the access line should its client go away mid-way."""
+    request[_PREPARED] = response
 
 
 async def forbid_storing(request: web.Request, response: web.StreamResponse) -> None:
@@ -114,8 +125,16 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
         except (web.RequestPayloadError, HttpProcessingError):
             # A body aiohttp's parser refused on the way in (broken chunks, gzip that is not): the client's.
             return error_response(BadRequestError("the request body could not be read"))
-        except ConnectionResetError:  # the client went away: nothing to answer, nothing failed here
-            raise
+        except ConnectionError:
+            transport = request.transport
+            if transport is not None and not transport.is_closing():
+                log.exception("unhandled error", extra={"path": mask_tokens(request.path)})  # not our client's
+                return json_response(error_body("internal", "internal error"), status=500)
+            # The client went away (a closed event stream, a dropped long-poll, a body cut short): normal, and
+            # nothing is left to answer. The response it had, or 499, is what the access line counts.
+            log.debug("client went away", extra={"path": request.path})
+            prepared = request.get(_PREPARED)
+            return prepared if prepared is not None else web.Response(status=CLIENT_CLOSED)
         except Exception:
             log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
             return json_response(error_body("internal", "internal error"), status=500)
