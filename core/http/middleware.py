@@ -4,7 +4,7 @@ It also refuses a malformed request line or key header before any handler sees i
 (``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text; and, on the
 main application, admits each bounded write (``core/http/admission.py``) in the same await, so a
 request passes one middleware rather than a stack of them. ``forbid_storing`` beside it is the one place
-that says which responses no cache may keep.
+that says which responses no cache may keep; ``every_response`` the headers every response carries.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ CLIENT_CLOSED = 499
 
 
 async def every_response(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: the request keeps the response it got, however written (an event stream,
-    the MCP SDK's), for the access line should its client go away mid-way."""
+    """``on_response_prepare``: what every response says, however written (JSON, pages, event streams, the
+    MCP SDK's): ``nosniff``, so a browser never reads an API's JSON or a stream as a page or a script. And the
+    request keeps the response it got, for the access line should its client go away mid-way."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
     request[_PREPARED] = response
 
 

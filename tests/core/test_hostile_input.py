@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api
+from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, settings_from, web_app
 from tests.core.test_observability import _scrape as scrape
 from tests.core.test_observability import _value as metric
 from tests.core.test_observability import logged_app
+from tests.webforms.test_inbox_http import PUBLIC, signed_in
 
 BIG = 2**53  # one past the largest integer JSON keeps exact
 RUN_ANNOTATIONS = "/v1/runs/run-1/annotations"
@@ -443,3 +444,24 @@ async def test_malformed_http_is_one_400_line_and_counted(tmp_path: Path) -> Non
     assert metric(metrics, "handraise_http_requests_total", method="other", status="405") == 1
     assert "PROPFIND" not in metrics
 
+
+async def test_every_response_says_nosniff(tmp_path: Path) -> None:
+    """No browser reads an API's JSON, a stream or an error as a page or a script: one header on every
+    response, however written (the inbox's JSON lacked it)."""
+    async with web_app(settings_from(base_config(f"sqlite:///{tmp_path / 'n.db'}"))) as api, \
+            signed_in(api) as browser:
+        request = await api.create(create_body())
+        _status, link = await api.call("POST", f"/v1/requests/{request['id']}/links", key=OPERATOR_KEY, json={})
+        anyone = ["/", "/docs", "/healthz", "/openapi.json", "/v1/capabilities", "/.well-known/openwop", "/nothing",
+                  link["url"][len(PUBLIC):], "/inbox"]
+        agent = [f"/v1/requests/{request['id']}", "/v1/requests?limit=1", "/v1/nothing", "/metrics"]
+        inbox = ["/inbox", "/inbox/api/pending", f"/inbox/api/requests/{request['id']}", f"/inbox/r/{request['id']}",
+                 "/inbox/history", "/inbox/api/requests/nope"]
+        agent_key = {"Authorization": f"Bearer {AGENT_KEY}"}
+        for http, headers, paths in ((api.session, {}, anyone), (api.session, agent_key, agent),
+                                     (browser.http, {}, inbox)):
+            for path in paths:
+                async with http.get(api.url(path), headers=headers, allow_redirects=False) as resp:
+                    assert resp.headers.get("X-Content-Type-Options") == "nosniff", (path, resp.status)
+        async with api.session.get(api.url("/v1/events"), headers={"Authorization": f"Bearer {READER_KEY}"}) as resp:
+            assert resp.status == 200 and resp.headers.get("X-Content-Type-Options") == "nosniff"
