@@ -143,9 +143,18 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app.cleanup_ctx.append(_listener_ctx)
     app.cleanup_ctx.append(_sweeper_ctx)
     app.cleanup_ctx.append(_channels_ctx)
+    app.on_shutdown.append(_end_long_calls)
     # Last: MCP sessions stop before the connectors, the service and the store they use.
     mcp_http.setup(app)
     return app
+
+
+async def _end_long_calls(app: web.Application) -> None:
+    """``on_shutdown`` (SIGTERM), before aiohttp waits ``shutdown_timeout`` for its handlers, so none holds
+    the stop: a wait answers the request as it stands (the agent re-attaches with wait), a blocking call is
+    a 503 to make again, and an event stream ends (its client resumes with ``Last-Event-ID``)."""
+    app[SERVICE].stop_waits()
+    app[BUS].close()
 
 
 def _mount(app: web.Application, channel: Channel[Any], settings: Settings) -> None:

@@ -32,6 +32,7 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   ├── RateLimitedError (429 rate_limited)
     │   ├── OverloadedError (503 overloaded)          too many writes in flight
     │   └── UnavailableError (503 unavailable)        the store does not answer
+    │       └── ShuttingDownError (503 unavailable)   this instance is stopping: call again
     └── CapabilityNotProvidedError (501 capability_not_provided)
 """
 
@@ -216,6 +217,11 @@ class UnavailableError(RetryLaterError):
 
     code = "unavailable"
     status = 503
+
+
+class ShuttingDownError(UnavailableError):
+    """This instance is stopping (SIGTERM): a blocking call ends unanswered, nothing is lost; the same call
+    again re-attaches, on another instance or on this one once it is back."""
 
 
 class OverloadedError(RetryLaterError):

@@ -22,6 +22,7 @@ from handraise.core.errors import (
     NotFoundError,
     OverloadedError,
     RetryLaterError,
+    ShuttingDownError,
     UnauthorizedError,
     error_body,
 )
@@ -110,7 +111,7 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
             finally:
                 admission.leave(admitted)
         except HandraiseError as e:
-            if e.status >= 500 and not isinstance(e, OverloadedError):  # shedding is not a failure
+            if e.status >= 500 and not isinstance(e, (OverloadedError, ShuttingDownError)):  # nor are these
                 log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
             return error_response(e)
         except web.HTTPException as e:
