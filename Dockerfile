@@ -1,7 +1,8 @@
 # Handraise as a container: the same steps CI runs for the wheel (tests/core/test_wheel.py):
 # build the wheel, install it into a fresh virtualenv, start it through deploy/entrypoint.sh
 # from an empty folder. Configuration by file (/etc/handraise/config.toml) or environment
-# (HANDRAISE_<TABLE>__<KEY>); data in /data (the SQLite default; use PostgreSQL for several instances).
+# (HANDRAISE_<TABLE>__<KEY>); data in /data (the SQLite default; use PostgreSQL for several instances),
+# the server secret in /data/.config/handraise, apart from the database's folder.
 #
 #   docker build -t handraise .
 #   docker run -p 8080:8080 -e HANDRAISE_SERVER__PUBLIC_URL=https://hr.example.com handraise
@@ -30,6 +31,7 @@ COPY deploy/entrypoint.sh /usr/local/bin/handraise-entrypoint
 ENV PATH=/opt/handraise/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     XDG_DATA_HOME=/data \
+    XDG_CONFIG_HOME=/data/.config \
     HANDRAISE_SERVER__HOST=0.0.0.0 \
     HANDRAISE_SERVER__PORT=8080
 USER handraise

@@ -48,6 +48,7 @@ class WebhookEndpoint(BaseModel):
     tenants: list[str] = Field(min_length=1)
     events: list[Literal["request.created", "request.resolved", "request.voted"]] = Field(
         default_factory=lambda: [CREATED, RESOLVED], min_length=1)
+    # One POST, connect to the last byte read; at most core/signedpost.py MAX_EXCHANGE_SECONDS.
     timeout_seconds: float = Field(default=10.0, gt=0, le=60)
 
     @field_validator("url")

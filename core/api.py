@@ -200,7 +200,11 @@ class LinkBody(BaseModel):
     recipient: Id | None = None
     # A link personal to one of the tenant's people: answers through it are theirs (``person:<id>``).
     person: PersonId | None = Field(default=None, description="A person of the tenant who may answer it: the "
-                                                              "link answers as them")
+                                                              "link answers as them. Needs a key bound to that "
+                                                              "person, or deliver")
+    deliver: bool = Field(default=False, description="With person: send the link to the person's own channel "
+                                                     "(their DM, their address) instead of returning it: 202 "
+                                                     "with delivered_to")
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -305,6 +309,8 @@ class RequestView:
     reject_policy: str | None = None
     votes: list[dict[str, Any]] = field(default_factory=list)
     votes_version: int = 0
+    # The proven person who decided (``{"id", "name"}``, as it stood then), or None: nobody proven.
+    resolved_person: dict[str, str] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -325,7 +331,7 @@ class RequestView:
         get = row.get
         schema_json, response_json, schedule = row["form_schema_json"], row["response_json"], get("schedule_json")
         on_timeout, proposal, proposal_schema = get("on_timeout_json"), get("proposal_json"), get("proposal_schema_json")
-        assign_to, votes = get("assign_to_json"), get("votes_json")
+        assign_to, votes, person = get("assign_to_json"), get("votes_json"), get("resolved_person_json")
         # Every field, set at once: a frozen dataclass's __init__ sets each of its 33 through
         # object.__setattr__, a third of this method's time on every read of a request.
         return _built(cls, {
@@ -354,6 +360,7 @@ class RequestView:
             "approvals_required": get("approvals_required"), "reject_policy": get("reject_policy"),
             "votes": _scan_json(votes, 0)[0] if votes else [],
             "votes_version": get("votes_version") or 0,
+            "resolved_person": _scan_json(person, 0)[0] if person else None,
         })
 
     def to_json(self, *, include_response: bool) -> dict[str, Any]:
@@ -387,6 +394,7 @@ class RequestView:
             out["votes"] = [vote_json(v) for v in self.votes]
         if self.status == "answered":
             out["answered_by"] = self.resolved_by
+            out["answered_by_person"] = self.resolved_person
             out["answered_at"] = iso(self.resolved_at)
             out["answered_via"] = self.resolved_channel
             if include_response and not self.response_purged:
@@ -488,8 +496,17 @@ class VoteRecord(BaseModel):
     decision: Literal["approve", "reject"]
     reason: str | None = None
     channel: str = Field(description="The channel the vote came through (telegram, slack, web, inbox, api ...)")
-    principal: str = Field(description="Who acted on that channel (telegram:<id>, operator:<name> ...)")
+    principal: str = Field(description="Who acted on that channel (telegram:<id>, person:<id> ...)")
     at: datetime
+
+
+class PersonRecord(BaseModel):
+    """A proven person of the tenant: who decided, in human terms."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(description="The person's id in [[tenants.people]]")
+    name: str = Field(description="The person's name as configured (the id when none is)")
 
 
 class RequestRecord(BaseModel):
@@ -523,6 +540,10 @@ class RequestRecord(BaseModel):
     response: Any = None
     response_deleted: bool = False
     answered_by: str | None = None
+    answered_by_person: PersonRecord | None = Field(
+        default=None, description="The proven person who decided (for a quorum, the deciding vote's; votes "
+                                  "lists every voter); null when nobody proven did (a key or session bound to "
+                                  "no person, a plain link, on_timeout)")
     answered_at: datetime | None = None
     answered_via: str | None = None
     cancelled_by: str | None = None

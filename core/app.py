@@ -27,6 +27,7 @@ from handraise.core.appkeys import (
     INSTANCE_ID,
     KEYRING,
     METRICS,
+    PRIVATE,
     RUNS,
     SERVICE,
     SETTINGS,
@@ -43,10 +44,12 @@ from handraise.core.errors import ConfigError, HandraiseError, UnavailableError
 from handraise.core.deliveries import DeliveryLog
 from handraise.core.dispatch import Dispatcher
 from handraise.core.events import EventBus, PostgresListener
+from handraise.core.personal import PrivatePost
 from handraise.core.http import annotations as annotation_routes
 from handraise.core.http import events as events_routes
 from handraise.core.http import health, hitl, home, openapi
 from handraise.core.http import inbox as inbox_routes
+from handraise.core.http import keys as key_routes
 from handraise.core.http import metrics as metrics_routes
 from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
@@ -56,7 +59,7 @@ from handraise.core.http.middleware import api_middleware, error_middleware, eve
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
-from handraise.core.serversecret import ServerSecret, load_server_secret
+from handraise.core.serversecret import ServerSecret, load_server_secret, secret_location
 from handraise.core.runs import RunService
 from handraise.core.service import RequestService
 from handraise.core.signingkey import SigningKey
@@ -102,7 +105,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
 
     for table in (home.routes, health.routes, openapi.routes, metrics_routes.routes, request_routes.routes,
                   events_routes.routes, annotation_routes.routes, run_routes.routes, inbox_routes.routes,
-                  hitl.routes):
+                  key_routes.routes, hitl.routes):
         app.router.add_routes(table)
 
     # What channels and the dispatcher use beside the lifecycle, one interface per concept. The service's
@@ -127,6 +130,8 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     # Only connectors post requests anywhere: the dispatcher never sees a channel that cannot.
     app[CONNECTORS] = connectors = {name: c for name, c in channels.items() if isinstance(c, Connector)}
     service.channel_serves.update({name: c.serves for name, c in channels.items()})
+    # What names a person reaches them alone, on their own channels (core/personal.py).
+    app[PRIVATE] = PrivatePost(settings=settings, connectors=connectors, journal=service.journal)
     problem = defaults.channel_problem(settings, service.channels_for)
     if problem is not None:
         await http.close()
@@ -183,10 +188,11 @@ def _storage_names(settings: Settings) -> tuple[str, str]:
 def _server_secret(settings: Settings) -> ServerSecret:
     try:
         return load_server_secret(settings)
-    except OSError as e:  # by default the secret file sits beside the SQLite file: the same folder problems
-        where, shown = _storage_names(settings)
-        raise UnavailableError(f"storage.url {shown}: cannot open the store ({e}); check {where} "
-                               "or [security] secret_file") from e
+    except OSError as e:  # the secret's folder (the user's config folder by default) cannot be made or read
+        location = secret_location(settings)
+        shown = location.path if location else "[security] secret"
+        raise UnavailableError(f"server secret {shown}: cannot be read or made ({e}); check [security] "
+                               "secret_file (HANDRAISE_SECURITY__SECRET_FILE) and its folder") from e
 
 
 async def open_store(settings: Settings, store: Store | None = None) -> Store:
@@ -232,9 +238,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         raise
     yield
     await app[SERVICE].drain()
-    await app[HTTP_SESSION].close()
-    if app[DISPATCHER].http is not None:
-        await app[DISPATCHER].http.close()
+    await app[HTTP_SESSION].close()  # callbacks' own sessions last one attempt each: nothing else to close
     await app[STORE].close()
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from handraise.core.http.auth import Keyring
     from handraise.core.inbox import InboxAccess
     from handraise.core.metrics import Metrics
+    from handraise.core.personal import PrivatePost
     from handraise.core.runs import RunService
     from handraise.core.service import RequestService
     from handraise.core.sweeper import SweeperTask
@@ -40,6 +41,8 @@ HTTP_SESSION = web.AppKey("http_session", ClientSession)
 INSTANCE_ID = web.AppKey("instance_id", str)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 INBOX: web.AppKey[InboxAccess] = web.AppKey("inbox")
+# Private notes to a person on their own channels: a sign-in or link that names them reaches only them.
+PRIVATE: web.AppKey[PrivatePost] = web.AppKey("private")
 ADMISSION: web.AppKey[WriteAdmission] = web.AppKey("admission")
 # The sweeper's task: started and stopped by the app; a test may hold it (tests/conftest.py sweeper_held).
 SWEEPER: web.AppKey[SweeperTask] = web.AppKey("sweeper")

@@ -1,30 +1,33 @@
 """Request callbacks: a request's ``callback_url`` hears its result once it is terminal.
 
-The POST is signed and sent exactly like a ``[[webhooks]]`` one (``core/signedpost.py``)
-with the tenant's ``[tenants.callbacks] secret``, and the dispatcher retries it with the
-deliveries' backoff; it shows on the request as a delivery of channel ``callback``.
-A callback goes only to ``https`` URLs whose host resolves to public addresses, unless
-the tenant lists the host in ``allow_hosts`` (plain http and private or loopback
-addresses are then fine). The check runs at create (422) and again before each attempt,
-so a name that later resolves somewhere private is refused then too; and the POST itself
-connects through a resolver that hands the connection only public addresses
-(:class:`CallbackHttp`), so a name that answers the check with a public address and the
-connection with a private one (DNS rebinding) reaches nothing.
+The POST is signed and sent exactly like a ``[[webhooks]]`` one (``core/signedpost.py``, which
+bounds the exchange in size and time) with the tenant's ``[tenants.callbacks] secret``, and the
+dispatcher retries it with the deliveries' backoff; it shows on the request as a delivery of
+channel ``callback``. A callback goes only to ``https`` URLs whose host resolves to public
+addresses (``core/addresses.py``), unless the tenant lists the host in ``allow_hosts`` (plain
+http and private or loopback addresses are then fine). The check runs at create (422) and again
+before each attempt, and that attempt connects only to the addresses its own check resolved and
+judged (:class:`PinnedResolver`): the name is looked up once per attempt, so a name that answers
+the check with a public address and the connection with a private one (DNS rebinding) cannot
+steer the connection. TLS still verifies the certificate against the URL's host name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import contextlib
 import logging
 import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+from aiohttp.resolver import ThreadedResolver
 
+from handraise.core import addresses
 from handraise.core.api import RequestView, url_host
 from handraise.core.config import CallbackSettings
 from handraise.core.errors import ConnectorError
@@ -36,8 +39,27 @@ MAX_URL_CHARS = 2000
 _RESOLVE_SECONDS = 5.0
 
 
-async def url_problem(url: str, settings: CallbackSettings | None) -> str | None:
+@dataclass(frozen=True)
+class Destination:
+    """Where one attempt may connect: the checked addresses of the URL's host, or None for a host the
+    tenant allows (``allow_hosts``), which is looked up as usual."""
+
+    addresses: Sequence[ResolveResult] | None
+
+
+async def url_problem(url: str, settings: CallbackSettings | None, *,
+                      resolver: AbstractResolver | None = None) -> str | None:
     """Why a callback may not go to ``url`` for a tenant with these settings, or None."""
+    checked = await destination(url, settings, resolver=resolver)
+    return checked if isinstance(checked, str) else None
+
+
+async def destination(url: str, settings: CallbackSettings | None, *,
+                      resolver: AbstractResolver | None = None) -> Destination | str:
+    """Where a callback to ``url`` may connect, else why it may not go there at all.
+
+    ``resolver``: who looks the host up (the system's ``getaddrinfo`` unless a test hands its own).
+    """
     if settings is None:
         return "this tenant has no [tenants.callbacks] secret to sign callbacks with"
     try:
@@ -54,55 +76,58 @@ async def url_problem(url: str, settings: CallbackSettings | None) -> str | None
     if parts.scheme != "https" and not allowed:
         return "must be https (or name a host the tenant allows in [tenants.callbacks] allow_hosts)"
     if allowed:
-        return None
-    addresses = await _addresses(host, port)
-    if not addresses:
+        return Destination(addresses=None)
+    found = await _lookup(host, port, resolver or ThreadedResolver())
+    if not found:
         return "its host cannot be resolved"
-    if not all(_public(a) for a in addresses):
+    # Every address, not just one: the connection may try any of them.
+    parsed = [addresses.parse(str(r["host"])) for r in found]
+    if not all(a is not None and addresses.is_public(a) for a in parsed):
         return ("its host resolves to a loopback, private or reserved address "
                 "(allow it in [tenants.callbacks] allow_hosts)")
-    return None
+    return Destination(addresses=found)
 
 
-class PublicOnlyResolver(AbstractResolver):
-    """Resolves as usual, then keeps only public addresses: what a connection to a callback may use."""
+class PinnedResolver(AbstractResolver):
+    """Answers with addresses already checked, without asking DNS again: what one attempt connects to.
 
-    def __init__(self, inner: AbstractResolver | None = None) -> None:
-        self._inner = inner if inner is not None else DefaultResolver()
+    Its session posts to one URL with redirects off, so the only name it is ever asked is that URL's.
+    """
+
+    def __init__(self, found: Sequence[ResolveResult]) -> None:
+        self._found = list(found)
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
                       ) -> list[ResolveResult]:
-        found = await self._inner.resolve(host, port, family)
-        public = [r for r in found if _public(ipaddress.ip_address(str(r["host"]).split("%")[0]))]
-        if not public:
-            raise OSError(f"{host} resolves to no public address")
-        return public
+        wanted = [r for r in self._found if family in (socket.AF_UNSPEC, r["family"])]
+        if not wanted:
+            raise OSError(f"{host}: no checked address of that family")
+        return wanted
 
     async def close(self) -> None:
-        await self._inner.close()
+        pass
 
 
 class CallbackHttp:
-    """The sessions callbacks are posted through: a host the tenant allows (``allow_hosts``) through the
-    shared session, any other through one whose connections reach public addresses only."""
+    """How callbacks are posted: a host the tenant allows (``allow_hosts``) through the shared session,
+    any other through a session of its own per attempt, connecting only to the addresses that attempt
+    checked. One session per attempt, not one shared guarded session: a pooled connection or the
+    connector's DNS cache would carry one attempt's addresses into another's."""
 
     def __init__(self, shared: aiohttp.ClientSession, *, resolver: AbstractResolver | None = None) -> None:
         self.shared = shared
-        self._resolver = resolver
-        self._guarded: aiohttp.ClientSession | None = None
+        # Who looks callback hosts up; None: the system's getaddrinfo (tests hand a scripted one).
+        self.resolver = resolver
 
-    def session_for(self, url: str, settings: CallbackSettings | None) -> aiohttp.ClientSession:
-        host = (urlsplit(url).hostname or "").lower()
-        if settings is not None and host in settings.allow_hosts:
-            return self.shared
-        if self._guarded is None:  # made on first use: inside the running loop
-            connector = aiohttp.TCPConnector(resolver=PublicOnlyResolver(self._resolver))
-            self._guarded = aiohttp.ClientSession(connector=connector, timeout=self.shared.timeout)
-        return self._guarded
-
-    async def close(self) -> None:
-        if self._guarded is not None:
-            await self._guarded.close()
+    @contextlib.asynccontextmanager
+    async def session_to(self, where: Destination) -> AsyncIterator[aiohttp.ClientSession]:
+        if where.addresses is None:
+            yield self.shared
+            return
+        connector = aiohttp.TCPConnector(resolver=PinnedResolver(where.addresses), use_dns_cache=False,
+                                         force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield session
 
 
 async def send(http: CallbackHttp, *, view: RequestView, url: str, settings: CallbackSettings | None,
@@ -112,36 +137,27 @@ async def send(http: CallbackHttp, *, view: RequestView, url: str, settings: Cal
     ``hitl_payload``: a HITL-protocol case's callback (core/hitl.py) instead of the request's
     envelope, signed both ways: Handraise's headers and the protocol's ``X-HITL-Signature``.
     """
-    problem = await url_problem(url, settings)
-    if problem is not None or settings is None:
-        raise ConnectorError(f"callback to {url_host(url)} refused: the URL {problem}", permanent=True)
+    where = await destination(url, settings, resolver=http.resolver)
+    if isinstance(where, str) or settings is None:
+        raise ConnectorError(f"callback to {url_host(url)} refused: the URL {where}", permanent=True)
     secret = settings.secret.get_secret_value()
     payload = hitl_payload or envelope(RESOLVED, view, delivery_id=f"{view.id}:{CHANNEL}")
-    status = await post_signed(http.session_for(url, settings), url=url, secret=secret, payload=payload,
-                               timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1",
-                               also_signed=None if hitl_payload is None else hitl_signature(secret))
+    async with http.session_to(where) as session:
+        status = await post_signed(session, url=url, secret=secret, payload=payload,
+                                   timeout=settings.timeout_seconds, log=log, user_agent="Handraise-Callback/1",
+                                   also_signed=None if hitl_payload is None else hitl_signature(secret))
     return {"status": status}
 
 
-async def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+async def _lookup(host: str, port: int, resolver: AbstractResolver) -> list[ResolveResult]:
+    """The host's addresses, once; [] when it does not resolve (in time)."""
+    literal = addresses.parse(host)
+    if literal is not None:
+        family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
+        return [ResolveResult(hostname=host, host=str(literal), port=port, family=family, proto=0,
+                              flags=socket.AI_NUMERICHOST)]
     try:
-        return [ipaddress.ip_address(host.split("%")[0])]
-    except ValueError:
-        pass
-    try:
-        infos = await asyncio.wait_for(
-            asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), _RESOLVE_SECONDS)
+        async with asyncio.timeout(_RESOLVE_SECONDS):
+            return await resolver.resolve(host, port, family=socket.AF_UNSPEC)
     except (OSError, TimeoutError, UnicodeError):
         return []
-    out = []
-    for family, *_rest, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            out.append(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
-    return out
-
-
-def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    # ::ffff:127.0.0.1 reaches 127.0.0.1: judge a mapped address by the IPv4 one it stands for.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast

@@ -15,7 +15,7 @@ from handraise.core.commands.base import EXIT_ERROR, EXIT_USAGE, say, settings_o
 from handraise.core.commands.client import cmd_answer, cmd_ask, cmd_link, cmd_mcp
 from handraise.core.commands.journal import cmd_journal_anchor, cmd_journal_verify
 from handraise.core.commands.serve import cmd_serve
-from handraise.core.config import ALL_SCOPES
+from handraise.core.scopes import ALL_SCOPES
 from handraise.core.errors import ConfigError, HandraiseError
 
 
@@ -31,7 +31,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for finding in findings:
         print(finding.line(), flush=True)
     problems = sum(not f.ok for f in findings)
-    say(f"{problems} problem(s); each FAIL line says how to fix it" if problems else "every check passed")
+    warnings = sum(f.warning for f in findings)
+    advice = f"; {warnings} warning(s): each WARN line says what to change" if warnings else ""
+    say(f"{problems} problem(s); each FAIL line says how to fix it{advice}" if problems
+        else f"every check passed{advice}")
     return EXIT_ERROR if problems else 0
 
 
@@ -97,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", help="tenant id (default: the only one configured)")
     create.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(ALL_SCOPES)}")
     create.add_argument("--id", help="key id (default: generated)")
+    create.add_argument("--person", help="bind the key to one of the tenant's people: it acts only as them "
+                                         "(person:<id>); hand it to that person alone")
     create.set_defaults(fn=cmd_keys_create)
     listing = keys.add_parser("list", parents=[common], help="list key ids and scopes")
     listing.set_defaults(fn=cmd_keys_list)

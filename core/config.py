@@ -15,7 +15,6 @@ and the overlay it would replace is forty lines.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tomllib
@@ -42,9 +41,8 @@ from handraise.core.errors import ConfigError
 from handraise.core.problems import config_problem, dotted
 from handraise.core.schedule import MAX_REMINDERS, MAX_STEPS, EscalationStep
 from handraise.core.schedule import problems as schedule_problems
+from handraise.core.scopes import Scope, hash_key, scopes_problem
 
-Scope = Literal["ask", "answer", "read", "annotate", "forward", "metrics"]
-ALL_SCOPES: tuple[str, ...] = ("ask", "answer", "read", "annotate", "forward", "metrics")
 ENV_PREFIX = "HANDRAISE_"
 # HANDRAISE_ variables that are not settings: the config path, the CLI client's key and URL, tracebacks.
 _NOT_SETTINGS = frozenset({"HANDRAISE_CONFIG", "HANDRAISE_KEY", "HANDRAISE_URL", "HANDRAISE_DEBUG"})
@@ -171,7 +169,7 @@ class SecuritySettings(_Section):
     # or let secret_file hold it (created 0600 on first start when absent). Every instance sharing
     # one database needs the same secret.
     secret: SecretStr | None = None
-    # Default: beside the SQLite file; with PostgreSQL, handraise/secret in the user's data directory.
+    # Default: server-secret in the user's config folder, apart from the database (core/serversecret.py).
     secret_file: str | None = None
 
     @field_validator("secret")
@@ -207,6 +205,10 @@ class InboxSettings(_Section):
     session_max_seconds: int = Field(default=7 * 86400, ge=60, le=90 * 86400)
 
 
+# A person's id, and a group's name: what allowlists and ``assign_to`` name (``alice``, ``group:oncall``).
+PERSON_ID = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+
+
 class KeySettings(_Section):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     # What people read for this key ("Deploy bot"); ids never reach a human (core/names.py).
@@ -214,12 +216,15 @@ class KeySettings(_Section):
     key: SecretStr | None = None
     key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     scopes: list[Scope] = Field(min_length=1)
+    # The one person of the tenant this key acts as (``person:<id>``): only a key bound to alice answers,
+    # votes and mints sign-ins as alice. Unset: the key acts as nobody (``operator:<id>``).
+    person: str | None = Field(default=None, pattern=PERSON_ID)
 
     @model_validator(mode="after")
     def _exactly_one_secret(self) -> KeySettings:
         if (self.key is None) == (self.key_sha256 is None):
             raise ValueError("give exactly one of key or key_sha256")
-        problem = scopes_problem(self.scopes)
+        problem = scopes_problem(self.scopes, person=self.person)
         if problem:
             raise ValueError(problem)
         if self.key is not None and len(self.key.get_secret_value()) < 16:
@@ -233,8 +238,6 @@ class KeySettings(_Section):
         return hash_key(self.key.get_secret_value())
 
 
-# A person's id, and a group's name: what allowlists and ``assign_to`` name (``alice``, ``group:oncall``).
-PERSON_ID = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
 # The channels a person may have an identity on: the connector names (core/people.py reads principals with them).
 PERSON_CHANNELS: tuple[str, ...] = ("telegram", "slack", "matrix", "email")
 
@@ -293,6 +296,7 @@ class CallbackSettings(_Section):
     # Hosts a callback may reach over plain http or at a loopback/private address (tests, an
     # agent beside the server). Anything else must be https to a public address.
     allow_hosts: list[str] = Field(default_factory=list, max_length=100)
+    # One POST, connect to the last byte read; at most core/signedpost.py MAX_EXCHANGE_SECONDS.
     timeout_seconds: float = Field(default=10.0, gt=0, le=60)
 
     @field_validator("allow_hosts")
@@ -438,6 +442,8 @@ class Settings(_Section):
             for key in tenant.keys:
                 if key.id in key_ids:
                     raise ValueError(f"key id {key.id!r} appears twice")
+                if key.person is not None and tenant.person(key.person) is None:
+                    raise ValueError(f"key {key.id!r}: {key.person} is not one of tenant {tenant.id}'s people")
                 key_ids.add(key.id)
             problem = tenant.defaults_problem(default_timeout=self.limits.default_timeout_seconds,
                                               max_timeout=self.limits.max_timeout_seconds)
@@ -472,20 +478,6 @@ _CHANNELS = frozenset({"telegram", "matrix", "slack", "email", "webhooks", "web"
 
 def _channel_problem(channel: str) -> str | None:
     return None if channel in _CHANNELS else f"{channel} is not a channel ({', '.join(sorted(_CHANNELS))})"
-
-
-def scopes_problem(scopes: list[str] | frozenset[str]) -> str | None:
-    """Why a set of scopes cannot go on one key, or None: the rules the config and the CLI share."""
-    if "ask" in scopes and "answer" in scopes:
-        return "an ask key can never answer: give ask and answer to different keys"
-    if "forward" in scopes and "ask" not in scopes:
-        # forward mints links only for requests the key created itself, so it needs ask to mean anything.
-        return "forward mints links only for the key's own requests: give it together with ask"
-    return None
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _env_overrides(environ: dict[str, str], names: dict[tuple[str, ...], str]) -> dict[str, Any]:

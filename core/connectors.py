@@ -13,7 +13,9 @@ from typing import Any
 from handraise.core import quorum, wording
 from handraise.core.api import RequestView
 from handraise.core.channels import Channel, SettingsT
+from handraise.core.config import PersonSettings
 from handraise.core.outcomes import REFUSED, AnswerOutcome, refused, said
+from handraise.core.personal import PrivateNote
 
 __all__ = ["AnswerOutcome", "Connector"]
 
@@ -104,6 +106,13 @@ class Connector(Channel[SettingsT]):
     async def show_votes(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> None:
         """A vote on a quorum request was counted and it is still pending: edit the posted message to show
         the tally (``tally_text``), keeping its buttons. Default: nothing (a channel that cannot edit)."""
+
+    async def send_private(self, person: PersonSettings, *, tenant_id: str, note: PrivateNote) -> bool:
+        """Send ``note`` to ``person`` alone, on their own identity on this channel (their direct chat
+        with the bot, their address), never to a shared place; False when this channel cannot reach them
+        privately (no identity here, not on the allowlist, the messenger refuses a first message). Raise
+        ``ConnectorError`` on a failure worth logging. Default: this channel reaches nobody privately."""
+        return False
 
     def tally_text(self, request: RequestView) -> str:
         """The tally line of a quorum request ("1 of 2 approved: Alice. Still expected: Bob, Carol."), or ""."""

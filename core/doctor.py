@@ -4,14 +4,17 @@ It changes nothing: it opens no store for writing (no migration runs), joins no
 room and sends no message. Checks: the config and every enabled connector's
 section; the store is reachable, new enough and migrated to the head; each
 enabled connector's credentials work (its ``check``); ``public_url`` reaches a
-Handraise server; every tenant has an ``ask`` and an ``answer`` key.
+Handraise server; the server secret lives apart from the database and only its owner
+reads it (a warning otherwise); every tenant has an ``ask`` and an ``answer`` key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +28,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: what was checked, whether it passed, and (when not) the fix."""
+    """One line of the report: what was checked, whether it passed, and (when not) the fix. A warning
+    passes (the deployment works) but says what to change."""
 
     ok: bool
     subject: str
     message: str
+    warning: bool = False
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.subject}: {self.message}"
+        return f"{'WARN' if self.warning else 'ok  ' if self.ok else 'FAIL'}  {self.subject}: {self.message}"
 
 
 def passed(subject: str, message: str) -> Finding:
@@ -41,6 +46,10 @@ def passed(subject: str, message: str) -> Finding:
 
 def failed(subject: str, message: str) -> Finding:
     return Finding(False, subject, message)
+
+
+def warned(subject: str, message: str) -> Finding:
+    return Finding(True, subject, message, warning=True)
 
 
 def migrations_head() -> str:
@@ -156,6 +165,32 @@ def check_keys(settings: Settings, stored: list[dict[str, Any]] | None) -> list[
     return findings
 
 
+def check_secret(settings: Settings) -> list[Finding]:
+    """Where the server secret lives: a warning when its file sits beside the SQLite file (whoever copies that
+    folder can check guesses of sensitive answers against their digests) or others may read it."""
+    from handraise.core.serversecret import default_secret_path, secret_location, shares_folder_with_database
+
+    location = secret_location(settings)
+    if location is None:
+        where = "HANDRAISE_SECURITY__SECRET" if "HANDRAISE_SECURITY__SECRET" in os.environ else "[security] secret"
+        return [passed("server secret", f"given by {where}")]
+    path = location.path
+    if not path.exists():
+        return [passed("server secret", f"{path} does not exist yet; handraise serve creates it (0600)")]
+    findings = []
+    if shares_folder_with_database(path, settings):
+        target = default_secret_path()
+        fix = (f"move it: mkdir -p -m 700 {target.parent} && mv {path} {target}" if location.legacy
+               and not target.exists() else "move it to a folder of its own and set [security] secret_file to it")
+        findings.append(warned("server secret", f"{path} sits beside the database: whoever copies that folder "
+                                                f"can check guesses of sensitive answers against their digests; {fix}"))
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        findings.append(warned("server secret", f"{path} is readable by group or others (mode {mode:04o}); "
+                                                f"chmod 600 {path}"))
+    return findings or [passed("server secret", f"{path} (mode {mode:04o}, apart from the database)")]
+
+
 async def check_public_url(settings: Settings, http: aiohttp.ClientSession) -> Finding:
     server = settings.server.model_copy()
     server.served_at(server.host, server.port)
@@ -211,6 +246,7 @@ async def run(settings: Settings) -> list[Finding]:
         findings += store_findings
         findings += await check_connectors(settings, http)
         findings.append(await check_public_url(settings, http))
+    findings += check_secret(settings)
     # Keys may live in the config alone; a store that could not be read has failed above already.
     findings += check_keys(settings, keys or [])
     return findings

@@ -8,11 +8,15 @@ wire as ``details.fields: [{"field", "message"}]``.
     HandraiseError (500 internal)
     ├── ConfigError                      bad configuration (never reaches HTTP)
     ├── ConnectorError                   a messenger library failed (wrapped once)
-    ├── BadRequestError (400 bad_request)            malformed JSON, bad query
+    ├── BadRequestError (400 bad_request)            malformed JSON, bad query, a form that cannot be read
+    │   └── NotUtf8Error (400 bad_request)           a posted form whose bytes or charset are not UTF-8
     ├── UnauthorizedError (401 unauthorized)         no or unknown key, with WWW-Authenticate
     ├── ForbiddenError (403 forbidden)               wrong scope, bad CSRF token
     │   ├── NotAssignedError (403 not_assigned)      the request is assigned to other people
-    │   └── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
+    │   ├── FourEyesError (403 four_eyes)            its on_behalf_of person may not approve it
+    │   ├── PersonRequiredError (403 person_required)  only a proven person's vote or approval counts
+    │   ├── PersonNotBoundError (403 person_not_bound) a key bound to nobody named a person
+    │   └── PersonMismatchError (403 person_mismatch)  a key bound to one person named another
     ├── NotFoundError (404 not_found)                absent, or another tenant's; no such path
     ├── MethodNotAllowedError (405 method_not_allowed)  with Allow
     ├── ConflictError (409 conflict)                 same unique_id, other body, pending
@@ -33,7 +37,8 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   ├── OverloadedError (503 overloaded)          too many writes in flight
     │   └── UnavailableError (503 unavailable)        the store does not answer
     │       └── ShuttingDownError (503 unavailable)   this instance is stopping: call again
-    └── CapabilityNotProvidedError (501 capability_not_provided)
+    ├── CapabilityNotProvidedError (501 capability_not_provided)
+    └── NotDeliveredError (502 not_delivered)        no channel of a person took a private note
 """
 
 from __future__ import annotations
@@ -90,6 +95,10 @@ class BadRequestError(HandraiseError):
     status = 400
 
 
+class NotUtf8Error(BadRequestError):
+    """The API's code, but its own page: the hosted form tells the person the form must be UTF-8."""
+
+
 class UnauthorizedError(HandraiseError):
     code = "unauthorized"
     status = 401
@@ -112,6 +121,25 @@ class NotAssignedError(ForbiddenError):
 
 class FourEyesError(ForbiddenError):
     code = "four_eyes"
+
+
+class PersonRequiredError(ForbiddenError):
+    """A quorum vote, or an approval of a request made on someone's behalf, from someone proven as nobody
+    (a key or session bound to no person, a plain link): it could be anyone, so it counts for no one."""
+
+    code = "person_required"
+
+
+class PersonNotBoundError(ForbiddenError):
+    """A key (or session) bound to no person tried to act as one, or to mint something naming one."""
+
+    code = "person_not_bound"
+
+
+class PersonMismatchError(ForbiddenError):
+    """A key bound to one person named another: it acts only as its own person."""
+
+    code = "person_mismatch"
 
 
 class NotFoundError(HandraiseError):
@@ -210,6 +238,12 @@ class CapabilityNotProvidedError(HandraiseError):
     status = 501
 
 
+class NotDeliveredError(HandraiseError):
+    """A sign-in or link for a person was to go to their own channel and none took it: nothing usable was
+    handed out (the link is never returned instead)."""
+
+    code = "not_delivered"
+    status = 502
 
 
 class UnavailableError(RetryLaterError):

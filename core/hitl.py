@@ -344,11 +344,14 @@ class Respondent(BaseModel):
                                                         "listed with one")
 
 
-def respondent(settings: Settings, tenant_id: str, principal: str) -> Respondent:
-    """Who answered, named as the tenant's people list names them."""
+def respondent(settings: Settings, tenant_id: str, principal: str,
+               decided_by: dict[str, str] | None = None) -> Respondent:
+    """Who answered: the proven person who decided (``decided_by``, as the request keeps it), named as
+    they were then, else the principal."""
     person = person_of(settings, tenant_id, principal)
-    if person is not None:
-        return Respondent(name=person.display, email=person.email)
+    if decided_by is not None or person is not None:  # a row from before 0017 keeps no person: read it now
+        name = decided_by["name"] if decided_by is not None else person.display  # type: ignore[union-attr]
+        return Respondent(name=name, email=person.email if person is not None else None)
     kind, _, rest = principal.partition(":")
     return Respondent(name=principal, email=rest if kind == "email" and rest else None)
 
@@ -452,7 +455,8 @@ def poll_response(view: RequestView, case: dict[str, Any] | None, *, include_ans
     if status == "completed":
         out.completed_at = iso(view.resolved_at)
         out.result = _result(case_type(view, case), view, include_answer=include_answer)
-        out.responded_by = respondent(settings, view.tenant_id, view.resolved_by) if view.resolved_by else None
+        out.responded_by = (respondent(settings, view.tenant_id, view.resolved_by, view.resolved_person)
+                            if view.resolved_by else None)
     elif status == "expired":
         out.expired_at = iso(view.resolved_at)
         out.default_action = case["default_action"] if case is not None else "skip"

@@ -2,8 +2,11 @@
 
 No accounts: an operator with an ``answer`` key (or the CLI, on the server's own
 store) mints a short-lived link for a name; opening it once makes a session for
-that tenant acting as ``operator:<name>``. Tokens are random and shown once; the
-store keeps their sha256 only. The pages themselves live in ``webforms/inbox/``.
+that tenant acting as ``operator:<name>``, which is nobody in particular. A link
+bound to a person (minted by that person's own key, or sent to their own channel)
+makes a session acting as ``person:<id>``, as does a sign-in through the identity
+provider (``open_session``). Tokens are random and shown once; the store keeps
+their sha256 only. The pages themselves live in ``webforms/inbox/``.
 """
 
 from __future__ import annotations
@@ -20,10 +23,19 @@ from handraise.core.api import RequestView
 from handraise.core.config import Settings
 from handraise.core.cursors import KEY_PURPOSE as CURSOR_KEY_PURPOSE
 from handraise.core.cursors import CursorSigner, Position
-from handraise.core.errors import ExpiredError, LinkUsedError, NotFoundError, ValidationFailedError
+from handraise.core.errors import (
+    ExpiredError,
+    LinkUsedError,
+    NotFoundError,
+    PersonMismatchError,
+    PersonNotBoundError,
+    ValidationFailedError,
+)
+from handraise.core.people import require_person
 from handraise.core.store import Store
 
-__all__ = ["SESSION_SCOPES", "SIGNIN_PATH", "HistoryPage", "InboxAccess", "InboxSession", "MintedSignin", "check_name"]
+__all__ = ["SESSION_SCOPES", "SIGNIN_PATH", "HistoryPage", "InboxAccess", "InboxSession", "MintedSignin", "check_name",
+           "principal_of"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +80,7 @@ class MintedSignin:
     url: str
     expires_at: float
     name: str
+    person: str | None = None
 
 
 # What a session may do: answer and read always; annotate only when whoever minted the link could.
@@ -82,11 +95,18 @@ class InboxSession:
     created_at: float
     expires_at: float
     scopes: frozenset[str] = frozenset({"answer", "read"})
+    # The proven person the session acts as, or None: an operator session, nobody in particular.
+    person: str | None = None
 
     @property
     def principal(self) -> str:
         """Who the session acts as, in the journal and on answers (DESIGN.md's principal list)."""
-        return f"operator:{self.name}"
+        return principal_of(self.name, self.person)
+
+
+def principal_of(name: str, person: str | None) -> str:
+    """``person:<id>`` for a session bound to a proven person, else ``operator:<name>``."""
+    return f"person:{person}" if person is not None else f"operator:{name}"
 
 
 class InboxAccess:
@@ -98,32 +118,53 @@ class InboxAccess:
         self.clock = clock
         self._cursors: CursorSigner | None = None
 
-    async def mint(self, *, tenant_id: str, name: str, created_by: str,
-                   scopes: frozenset[str] | set[str] = frozenset(SESSION_SCOPES)) -> MintedSignin:
-        """``scopes``: the minter's; the session gets answer and read, and annotate if the minter had it."""
-        name = check_name(name)
-        granted = [s for s in SESSION_SCOPES if s in scopes or s in ("answer", "read")]
-        if self.settings.tenant(tenant_id) is None:
+    async def mint(self, *, tenant_id: str, name: str | None = None, person: str | None = None, created_by: str,
+                   scopes: frozenset[str] | set[str] = frozenset(SESSION_SCOPES),
+                   private: bool = False) -> MintedSignin:
+        """``scopes``: the minter's; the session gets answer and read, and annotate if the minter had it.
+
+        ``person``: the session will act as that person. The caller has proven the link reaches only
+        them (their own key asks, or it goes to their own channel: ``private``, journaled where it went by
+        core/personal.py); this only checks they are the tenant's. A name that is one of the tenant's people's ids
+        is refused for an operator session: it would read as that person and be nobody."""
+        tenant = self.settings.tenant(tenant_id)
+        if tenant is None:
             raise NotFoundError(f"no tenant {tenant_id!r}")
+        if person is not None:
+            found = require_person(self.settings, tenant_id, person)
+            name = check_name(name if name is not None else found.display)
+        else:
+            name = check_name(name)
+        # A name that reads as someone else would show them where they never acted.
+        named = next((p for p in tenant.people if name.casefold() in (p.id.casefold(), p.display.casefold())), None)
+        if named is not None and person is None:
+            raise PersonNotBoundError(f"{name} is one of this tenant's people: a sign-in in their name is minted by "
+                                      'their own key, or sent to their own channel ({"person": "%s", "deliver": '
+                                      "true})" % named.id)
+        if named is not None and named.id != person:
+            raise PersonMismatchError(f"{name} is {named.display}: a session of {person} is not named after them")
+        granted = [s for s in SESSION_SCOPES if s in scopes or s in ("answer", "read")]
         token = secrets.token_urlsafe(32)
         now = self.clock()
         row = {"id": f"sgn_{secrets.token_urlsafe(12)}", "tenant_id": tenant_id, "name": name,
                "token_sha256": _digest(token), "scopes": ",".join(granted), "created_by": created_by,
-               "created_at": now,
+               "created_at": now, "person": person,
                "expires_at": now + self.settings.inbox.signin_link_seconds, "used_at": None}
+        data = {"signin_id": row["id"], "for": principal_of(name, person),
+                **({"private": True} if private else {})}
         async with self.store.transaction() as conn:
             await self.store.inbox.insert_signin(conn, row)
             await self.store.append_journal(conn, tenant_id=tenant_id, event="inbox_link_minted",
-                                            principal=created_by, channel="inbox",
-                                            data={"signin_id": row["id"], "for": f"operator:{name}"}, at=now)
+                                            principal=created_by, channel="inbox", data=data, at=now)
         log.info("inbox sign-in link minted", extra={"signin_id": row["id"], "tenant_id": tenant_id})
         return MintedSignin(id=row["id"], url=f"{self.settings.server.public_url}{SIGNIN_PATH}{token}",
-                            expires_at=row["expires_at"], name=name)
+                            expires_at=row["expires_at"], name=name, person=person)
 
-    async def pending_signin(self, token: str) -> dict[str, str]:
-        """What a sign-in link is for (``tenant_id``, ``name``), without using it; raises like ``redeem``."""
+    async def pending_signin(self, token: str) -> dict[str, str | None]:
+        """What a sign-in link is for (``tenant_id``, ``name``, ``person``), without using it; raises like
+        ``redeem``."""
         row = await self._signin(token)
-        return {"tenant_id": row["tenant_id"], "name": row["name"]}
+        return {"tenant_id": row["tenant_id"], "name": row["name"], "person": row.get("person")}
 
     async def redeem(self, token: str) -> tuple[str, InboxSession]:
         """Use the link once: a new session and its cookie token. NotFoundError, LinkUsedError, ExpiredError."""
@@ -131,16 +172,17 @@ class InboxAccess:
         now = self.clock()
         session_token = secrets.token_urlsafe(32)
         settings = self.settings.inbox
+        person = row.get("person")
         session = {"id": f"ses_{secrets.token_urlsafe(12)}", "tenant_id": row["tenant_id"], "name": row["name"],
                    "token_sha256": _digest(session_token), "signin_id": row["id"], "scopes": row["scopes"],
-                   "created_at": now,
+                   "created_at": now, "person": person,
                    "last_seen_at": now, "expires_at": now + settings.session_max_seconds, "ended_at": None}
         async with self.store.transaction() as conn:
             won = await self.store.inbox.use_signin(conn, signin_id=row["id"], now=now)
             if won:
                 await self.store.inbox.insert_session(conn, session)
                 await self.store.append_journal(conn, tenant_id=row["tenant_id"], event="inbox_signed_in",
-                                                principal=f"operator:{row['name']}", channel="inbox",
+                                                principal=principal_of(row["name"], person), channel="inbox",
                                                 data={"signin_id": row["id"], "session_id": session["id"]}, at=now)
         if not won:
             # Another tab used it a moment ago, or it expired in between: say which.
@@ -148,7 +190,32 @@ class InboxAccess:
             raise LinkUsedError("this sign-in link was used already")
         log.info("inbox signed in", extra={"session_id": session["id"], "tenant_id": row["tenant_id"]})
         return session_token, InboxSession(session["id"], row["tenant_id"], row["name"], now, session["expires_at"],
-                                           _scopes(row["scopes"]))
+                                           _scopes(row["scopes"]), person)
+
+    async def open_session(self, *, tenant_id: str, person: str, via: str,
+                           detail: dict[str, str] | None = None) -> tuple[str, InboxSession]:
+        """A session for ``person``, proven by ``via`` (``"oidc"``: the identity provider's sign-in mapped
+        to them); no sign-in link. The session may answer and read. Journaled ``inbox_signed_in`` with
+        ``via`` and ``detail`` (the claim that mapped them, never a token)."""
+        tenant = self.settings.tenant(tenant_id)
+        found = tenant.person(person) if tenant is not None else None
+        if found is None:
+            raise NotFoundError(f"{person} is not one of tenant {tenant_id}'s people")
+        now = self.clock()
+        session_token = secrets.token_urlsafe(32)
+        name = check_name(found.display[:64])
+        session = {"id": f"ses_{secrets.token_urlsafe(12)}", "tenant_id": tenant_id, "name": name,
+                   "token_sha256": _digest(session_token), "signin_id": via, "scopes": "answer,read",
+                   "created_at": now, "person": person, "last_seen_at": now,
+                   "expires_at": now + self.settings.inbox.session_max_seconds, "ended_at": None}
+        async with self.store.transaction() as conn:
+            await self.store.inbox.insert_session(conn, session)
+            await self.store.append_journal(conn, tenant_id=tenant_id, event="inbox_signed_in",
+                                            principal=principal_of(name, person), channel="inbox",
+                                            data={"via": via, "session_id": session["id"], **(detail or {})}, at=now)
+        log.info("inbox signed in", extra={"session_id": session["id"], "tenant_id": tenant_id, "via": via})
+        return session_token, InboxSession(session["id"], tenant_id, name, now, session["expires_at"],
+                                           frozenset({"answer", "read"}), person)
 
     async def session(self, token: str | None) -> InboxSession | None:
         """The live session a cookie names, or None (unknown, signed out, idle too long, past its end)."""
@@ -164,7 +231,7 @@ class InboxAccess:
         if now - row["last_seen_at"] >= _TOUCH_EVERY:
             await self.store.inbox.touch_session(row["id"], now=now)
         return InboxSession(row["id"], row["tenant_id"], row["name"], row["created_at"], row["expires_at"],
-                            _scopes(row["scopes"]))
+                            _scopes(row["scopes"]), row.get("person"))
 
     async def sign_out(self, session: InboxSession) -> None:
         now = self.clock()

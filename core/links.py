@@ -20,6 +20,7 @@ from handraise.core.errors import (
     ForbiddenError,
     LinkUsedError,
     NotFoundError,
+    PersonNotBoundError,
     RequestCancelledError,
 )
 from handraise.core.people import link_principal
@@ -81,6 +82,9 @@ class LinkDoors:
         mint (``POST /v1/requests/{id}/links``) is a fresh link each call. ``known_as``: labels the same
         recipient's links were stored under before (a connector that renamed how it labels people), found
         by ``reuse`` too; a new link takes ``recipient``."""
+        if forward and (person is not None or for_principal is not None):
+            # An agent's link is for the human it serves, whoever that is: it never answers as a person.
+            raise PersonNotBoundError("a forward key's link never names a person")
         view = await self.get(tenant_id=tenant_id, request_id=request_id, with_deliveries=False)
         if forward and view.created_by != principal:
             raise ForbiddenError("a forward key mints links only for requests it created itself")

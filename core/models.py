@@ -110,6 +110,10 @@ class RequestRow(SQLModel, table=True):
     # The votes cast so far (JSON list), and the counter each vote's compare-and-set increments.
     votes_json: str | None = long_text_or_none()
     votes_version: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    # Who decided, in human terms, as it stood when they did: ``{"id", "name"}`` of the proven person whose
+    # answer (or deciding vote) resolved it; NULL when no person did (a key or session bound to nobody,
+    # a link, a deadline) (migration 0017).
+    resolved_person_json: str | None = long_text_or_none()
 
 
 class JournalRow(SQLModel, table=True):
@@ -199,6 +203,9 @@ class ApiKeyRow(SQLModel, table=True):
     scopes: str = Field(max_length=200)
     created_at: float = seconds()
     revoked_at: float | None = seconds_or_none()
+    # The one person of the tenant this key acts as (``person:<id>``), or NULL: a key bound to nobody,
+    # which never acts as or mints anything naming a person (migration 0017).
+    person: str | None = Field(default=None, max_length=64)
 
 
 class AnnotationRow(SQLModel, table=True):
@@ -315,6 +322,9 @@ class InboxSigninRow(SQLModel, table=True):
     created_at: float = seconds()
     expires_at: float = seconds()
     used_at: float | None = seconds_or_none()
+    # The person the session will be (``person:<id>``), proven by how the link was handed out: minted by
+    # that person's own key, or sent to their own channel. NULL: an operator session (migration 0017).
+    person: str | None = Field(default=None, max_length=64)
 
 
 class InboxSessionRow(SQLModel, table=True):
@@ -334,6 +344,8 @@ class InboxSessionRow(SQLModel, table=True):
     # Absolute end; the idle end is last_seen_at plus the configured idle time.
     expires_at: float = seconds()
     ended_at: float | None = seconds_or_none()
+    # The proven person the session acts as (its sign-in's, or the identity provider's mapping), or NULL.
+    person: str | None = Field(default=None, max_length=64)
 
 
 class HitlCaseRow(SQLModel, table=True):

@@ -2,9 +2,11 @@
 
 People are configured per tenant (``[[tenants.people]]``, core/config.py) and looked up only within
 that tenant: an identity listed by another tenant never makes anyone a person here (DESIGN invariant 7).
-A principal is read by its channel (``telegram:42``, ``slack:T1/U1``, ``matrix:@a:hs``,
-``email:a@x.org``); an inbox session or answer key named like a person (``operator:alice``) is that
-person, and ``person:alice`` is Alice whatever channel she used.
+A person is proven, never asserted (invariant 10): a principal is read by its channel (``telegram:42``,
+``slack:T1/U1``, ``matrix:@a:hs``, ``email:a@x.org``: the messenger or the mailbox proved who it is), and
+``person:alice`` is Alice, a principal only made by what proves her (a key bound to her, a sign-in
+through the identity provider or one delivered to her own channel, a link minted for her own use).
+Whatever a name asserts (``operator:alice``, an inbox session called "alice") is nobody.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from handraise.core.config import PERSON_CHANNELS, PERSON_ID, PersonSettings, Settings
-from handraise.core.errors import ValidationFailedError
+from handraise.core.errors import (
+    FourEyesError,
+    ForbiddenError,
+    PersonMismatchError,
+    PersonNotBoundError,
+    PersonRequiredError,
+    ValidationFailedError,
+)
 
 GROUP_PREFIX = "group:"
 # ``alice`` or ``group:oncall``: how allowlists and ``assign_to`` name people.
@@ -47,7 +56,7 @@ def person_of(settings: Settings, tenant_id: str, principal: str | None) -> Pers
     if tenant is None or not tenant.people or not principal:
         return None
     kind, _, rest = principal.partition(":")
-    if kind in ("operator", "person"):
+    if kind == "person":
         return tenant.person(rest)
     if kind not in PERSON_CHANNELS or not rest:
         return None
@@ -138,26 +147,63 @@ def is_assigned(settings: Settings, tenant_id: str, assign_to: list[str] | None,
     return person is not None and person.id in expand(settings, tenant_id, assign_to).people
 
 
-def is_own_approval(settings: Settings, tenant_id: str, on_behalf_of: str | None, principal: str,
-                    response: object) -> bool:
-    """Whether this is ``on_behalf_of``'s person approving (four eyes: refused; rejecting is theirs to do)."""
+def four_eyes_refusal(settings: Settings, tenant_id: str, on_behalf_of: str | None, principal: str,
+                      response: object) -> ForbiddenError | None:
+    """Why this answer may not approve a request made on ``on_behalf_of``'s behalf, or None when it may.
+
+    Their own approval is refused (``four_eyes``; rejecting is theirs to do), and so is one from someone
+    proven as nobody (``person_required``: a key or session bound to no person, a plain link), who could
+    be that very person."""
     if on_behalf_of is None or not isinstance(response, dict) or response.get("decision") != "approve":
-        return False
+        return None
     person = person_of(settings, tenant_id, principal)
-    return person is not None and person.id == on_behalf_of
+    if person is None:
+        return PersonRequiredError("this request was made on someone's behalf: only one of the tenant's people, "
+                                   "proven (a key bound to them, their own sign-in or channel), may approve it")
+    if person.id == on_behalf_of:
+        return FourEyesError("this request was made on your behalf: someone else must approve it (you may reject it)")
+    return None
+
+
+def person_json(settings: Settings, tenant_id: str, principal: str | None) -> dict[str, str] | None:
+    """``{"id", "name"}`` of the proven person who acted as ``principal`` (None: nobody proven), as results
+    show who decided in human terms."""
+    person = person_of(settings, tenant_id, principal)
+    return None if person is None else {"id": person.id, "name": person.display}
 
 
 def link_principal(settings: Settings, tenant_id: str, assign_to: list[str] | None, person_id: str) -> str:
     """The principal of a link made personal to ``person_id`` (``person:<id>``): answers through it are
     theirs. A 422 naming ``person`` when the tenant has no such person, or the request is assigned to
     others (a link they could only be refused through is no link)."""
-    tenant = settings.tenant(tenant_id)
-    if tenant is None or tenant.person(person_id) is None:
-        raise ValidationFailedError(f"person: {person_id} is not one of this tenant's people", fields=[
-            {"field": "person", "message": f"{person_id} is not one of this tenant's people"}])
+    require_person(settings, tenant_id, person_id)
     principal = f"person:{person_id}"
     if not is_assigned(settings, tenant_id, assign_to, principal):
         raise ValidationFailedError(f"person: {person_id} may not answer this request", fields=[
             {"field": "person", "message": f"{person_id} may not answer this request: it is assigned to "
                                            "other people"}])
     return principal
+
+
+def require_person(settings: Settings, tenant_id: str, person_id: str) -> PersonSettings:
+    """One of ``tenant_id``'s people, or a 422 naming ``person`` (another tenant's people are nobody here)."""
+    tenant = settings.tenant(tenant_id)
+    found = tenant.person(person_id) if tenant is not None else None
+    if found is None:
+        raise ValidationFailedError(f"person: {person_id} is not one of this tenant's people", fields=[
+            {"field": "person", "message": f"{person_id} is not one of this tenant's people"}])
+    return found
+
+
+def naming_refusal(bound_to: str | None, person: str) -> ForbiddenError | None:
+    """Why a key bound to ``bound_to`` may not mint what names ``person`` for its caller (a sign-in, a link
+    that answers as them), or None when it may: only a key bound to that same person does. Anyone may
+    have it sent to the person's own channel instead (core/personal.py)."""
+    if bound_to == person:
+        return None
+    if bound_to is None:
+        return PersonNotBoundError(f"this key is bound to no person, so it never mints what names {person}: "
+                                   f'bind a key to {person} (keys create --person {person}), or add "deliver": '
+                                   "true to send it to their own channel")
+    return PersonMismatchError(f"this key is bound to {bound_to}: it mints only what names {bound_to}; add "
+                               f'"deliver": true to send it to {person}\'s own channel instead')

@@ -37,7 +37,7 @@ from handraise.core.errors import (
     AlreadyVotedError,
     InvalidAnswerError,
     LinkUsedError,
-    NotAssignedError,
+    PersonRequiredError,
 )
 from handraise.core.events import REQUEST_VOTED, Event
 from handraise.core.names import display_name
@@ -199,9 +199,10 @@ class Voting:
         if voter is None:
             await service.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id,
                                   run_id=view.run_id, principal=principal, channel=channel,
-                                  data={"reason": "not_a_person"})
-            raise NotAssignedError(f"this request needs {view.approvals_required} approvals from distinct people: "
-                                   "only the tenant's people vote on it")
+                                  data={"reason": "person_required"})
+            raise PersonRequiredError(f"this request needs {view.approvals_required} approvals from distinct people: "
+                                      "only the tenant's people vote on it, each proven (a key bound to them, "
+                                      "their own sign-in or channel)")
         await self._refuse_edits(view, response=response, principal=principal, channel=channel)
         person, name = voter
         decision = response["decision"]
@@ -269,7 +270,7 @@ class Voting:
             result = result_of(view, outcome=outcome, votes=votes, edit=edit)
             answer, data, canonical = service._answer_columns(view, result)
             values |= {**answer, "status": "answered", "resolved_at": now, "resolved_by": principal,
-                       "resolved_via": channel}
+                       "resolved_via": channel, "resolved_person_json": service._person_column(view.tenant_id, principal)}
             journal.append(({"tenant_id": view.tenant_id, "event": "answered", "request_id": view.id,
                              "principal": principal, "channel": channel, "at": now,
                              "data": {**data, **person_data, **({"link_id": link_id} if link_id else {})}},

@@ -11,8 +11,24 @@ What counts as secret-shaped, and what deliberately does not:
   Telegram bot tokens, PEM private keys), ``Bearer``/``Basic`` credentials, the
   password in a URL, and the value of ``password=``/``token:``/``api_key=``
   style pairs (the key name stays so a reader knows what was there).
-* Codes after a code word: ``pin: 4821``, ``OTP=123456``, ``verification
-  code: 482 913``, ``cvv: 123`` (3 to 12 digits; ``GPIO pin: 13`` stays).
+* Codes after a code word: ``pin: 4821``, ``OTP=123456``, ``my pin is 4821``,
+  ``verification code: 482 913``, ``cvv: 123`` (3 to 12 digits; ``GPIO pin: 13`` stays).
+* Passwords said in words: ``my password is hunter2``, ``passwd is x1y2``, ``the
+  pass is Winter2026!``, ``db_pass=…``, ``pw: …``, a line ``pass Winter2026!`` or
+  ``pwd hunter2``. "password", "passwd", "passphrase", "pw" and "pwd" always
+  name a password: after "is" a value goes when it has a digit or a symbol,
+  is quoted, or is the last word of its sentence and not a word that describes
+  a password (``the password is incorrect.``, ``…is case-sensitive``). "pass" is
+  also a verb, a ticket and a test result, so after it only a password-shaped
+  value goes (letters with digits or symbols, 4+ characters): ``pass the salt``,
+  ``pass: 12``, ``the pass is valid`` stay.
+* Payment card numbers: 13 to 19 digits, whole or in the usual groups
+  (4-4-4-4…, Amex 4-6-5, Diners 4-6-4) with one space or dash throughout, when
+  the Luhn check passes. Kept even then: numbers that start with 0 (no card
+  does), and whole runs that read as something else: an epoch timestamp in
+  ms/µs/ns (13/16/19 digits from 15…), a date-time (``20261201…``), an ISBN-13
+  (978/979). IBANs are kept: they are handed out to be paid, not secrets, so
+  the digit groups after an IBAN's ``DE89 `` head are never read as a card.
 * ``sk-`` bodies of 16+ characters count when a part mixes letters and
   digits, one part is 16+ characters long, or the body looks random; so
   ``sk-canary-rfc0056-do-not-leak-abc123`` and ``sk-abcdefghijklmnop`` go and
@@ -99,7 +115,7 @@ _CODE_NAMES = (
 )
 _CODE_PAIR = re.compile(
     r"(?<![A-Za-z0-9_.-])(?P<key>(?i:" + _CODE_NAMES + r"))"
-    r"(?P<keyquote>[\"']?)(?P<sep>[ \t]*[:=][ \t]*)(?P<quote>[\"']?)"
+    r"(?P<keyquote>[\"']?)(?P<sep>[ \t]*[:=][ \t]*|[ \t]{1,8}(?i:is|was)[ \t]{1,8})(?P<quote>[\"']?)"
     r"(?P<code>[0-9](?:[ -]?[0-9]){2,11})(?![A-Za-z0-9])"
 )
 # The name may carry a prefix (aws_secret_access_key, db.password, X-Auth-Token)
@@ -109,6 +125,60 @@ _PAIR = re.compile(
     r"(?P<keyquote>[\"']?)(?P<sep>[ \t]*[:=][ \t]*)"
     r"(?:(?P<done>\[REDACTED\])|\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"',;&<>)\]}]+))"
 )
+# Passwords said in words (module docstring). "pass" is the weak word: only a password-shaped value
+# counts after it. Values are bounded (128) and so are the gaps, so no pattern rescans a long input.
+_PASSWORD_WORD = r"(?P<word>(?i:password|passwd|passphrase|pwd|pw|pass))"
+_STRONG_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "pw"})
+_PASSWORD_VALUE = r"(?P<value>\"[^\"\n]{1,128}\"|'[^'\n]{1,128}'|`[^`\n]{1,128}`|[^\s\"'`]{1,128})"
+# "my password is hunter2", "the pw was x1", "passwd's hunter2", "password is now Summer2025!"
+_PASSWORD_IS = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<head>" + _PASSWORD_WORD
+    + r"(?:'s|[ \t]{1,8}(?i:is|was)(?:[ \t]{1,8}(?i:now|still|currently))?:?)[ \t]{1,8})" + _PASSWORD_VALUE
+)
+# "db_pass=…", "pw: …" ("password:" and friends are _PAIR's); "bypass:" and "compass=" are other words.
+_PASSWORD_PAIR = re.compile(
+    r"(?<![A-Za-z0-9])(?P<head>(?P<word>(?i:pw|pass))[\"']?[ \t]*[:=][ \t]*)" + _PASSWORD_VALUE
+)
+# A line that is only the word and the value: "pass Winter2026!", "my pwd hunter2".
+_PASSWORD_LINE = re.compile(
+    r"^(?P<head>[ \t]{0,8}(?:(?i:my|the|your|our|new|wifi|wi-fi)[ \t]{1,8})?" + _PASSWORD_WORD + r"[ \t]{1,8})"
+    r"(?P<value>[^\s\"'`]{1,128})(?=[ \t\r]{0,8}(?:\n|\Z))",
+    re.MULTILINE,
+)
+# Words that say something about a password rather than being one ("the password is incorrect").
+_DESCRIBING = frozenset("""
+    a an the not no too also still now just only very quite really so same different new old
+    wrong right correct incorrect invalid valid ok okay fine good bad great weak strong safe unsafe secure
+    insecure long short simple complex easy hard difficult obvious common unique random temporary default
+    optional mandatory required necessary empty blank missing unknown known unset set reset gone lost
+    broken here there below above attached inside enclosed elsewhere somewhere nowhere mine yours his hers
+    ours theirs it this that these those what which none nothing something everything secret private
+    personal confidential sensitive hidden visible encrypted hashed stored saved changed expired due
+    ready case-sensitive case-insensitive outdated useless worthless irrelevant unchanged
+""".split())
+_DESCRIBING_ENDINGS = ("ed", "ing", "ly", "able", "ible", "ive", "ful", "less", "ous")
+_NUMBER_WITH_UNIT = re.compile(r"[0-9]+(?:[.,][0-9]+)?[A-Za-z%]{1,6}")
+_MIN_PASSWORD = 4
+_SENTENCE_END = ".!?,;"
+_KEPT_AFTER = ".,;"
+_NOT_A_VALUE_START = "/~$<{[(-#"
+
+# Payment card numbers (module docstring): whole, 4-4-4-4(-3), 4-6-5 or 4-6-4, one separator throughout,
+# not glued to letters or to more of the same number, and not the groups after an IBAN's head.
+_CARD = re.compile(
+    # The leading digit first, so the scan skips ahead to digits; the lookbehinds judge what precedes it.
+    r"(?P<card>[0-9](?<![A-Za-z0-9_+-][0-9])(?<![0-9][.,][0-9])(?<![0-9]{4}[ -][0-9])(?<![A-Z]{2}[0-9]{2}[ -][0-9])"
+    r"(?:[0-9]{12,18}"
+    r"|[0-9]{3}(?P<s>[ -])[0-9]{4}(?P=s)[0-9]{4}(?P=s)(?:[0-9]{4}(?P=s)[0-9]{1,3}|[0-9]{1,4})"
+    r"|[0-9]{3}(?P<t>[ -])[0-9]{6}(?P=t)[0-9]{4,5}))"
+    r"(?![A-Za-z0-9_]|[.,][0-9])(?!(?P=s)[0-9]{4})(?!(?P=t)[0-9])"
+)
+# Whole runs that are something else: epoch ms/µs/ns, a date-time, an ISBN-13.
+_NOT_A_CARD = re.compile(
+    r"1[5-9](?:[0-9]{11}|[0-9]{14}|[0-9]{17})|97[89][0-9]{10}"
+    r"|(?:19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])[0-9]{5,11}"
+)
+
 _SECRET_KEY = re.compile(r"(?i:[A-Za-z0-9_.-]*?" + _SECRET_NAMES + r"|" + _CODE_NAMES + r")")
 
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>(?i:bearer|basic))[ \t]+(?P<token>[A-Za-z0-9._~+/=-]{8,})")
@@ -172,6 +242,12 @@ def _redact(text: str) -> str:
     text = _SLACK_WEBHOOK.sub(lambda m: f"{m['head']}{REDACTED}", text)
     text = _PAIR.sub(_redact_pair, text)
     text = _CODE_PAIR.sub(lambda m: f"{m['key']}{m['keyquote']}{m['sep']}{m['quote']}{REDACTED}", text)
+    lowered = text.lower()
+    if "pw" in lowered or "pass" in lowered:
+        text = _PASSWORD_IS.sub(_redact_password_is, text)
+        text = _PASSWORD_PAIR.sub(_redact_password, text)
+        text = _PASSWORD_LINE.sub(_redact_password, text)
+    text = _CARD.sub(_redact_card, text)
     return _RUN.sub(_redact_run, text)
 
 
@@ -230,6 +306,64 @@ def _redact_pair(match: re.Match[str]) -> str:
     if match["sq"] is not None:
         return f"{head}'{REDACTED}'" if match["sq"] else match[0]
     return f"{head}{REDACTED}"
+
+
+def _redact_password_is(match: re.Match[str]) -> str:
+    value = match["value"]
+    after = match.string[match.end():match.end() + 10].lstrip(" \t\r")
+    last_word = value[-1] in _SENTENCE_END or not after or after[0] == "\n"
+    return _redact_password(match, plain_word=last_word)
+
+
+def _redact_password(match: re.Match[str], *, plain_word: bool = False) -> str:
+    """``head`` + ``[REDACTED]`` when the value after a password word is one; ``plain_word``: an ordinary word
+    counts too (after a strong word and "is", at the end of a sentence; after "pw:")."""
+    value, strong = match["value"], match["word"].lower() in _STRONG_PASSWORD_WORDS
+    plain_word = plain_word or (strong and match.re is _PASSWORD_PAIR)
+    if value[0] in "\"'`":
+        # Quoted: the words inside are the value itself, whatever they say; after "pass" still only a password's.
+        if strong or _is_password(value[1:-1], strong=False, plain_word=False):
+            return f"{match['head']}{value[0]}{REDACTED}{value[0]}"
+        return match[0]
+    if _is_password(value, strong=strong, plain_word=plain_word):
+        # A comma, full stop or semicolon ending the word ends the sentence, not the password.
+        core = value.rstrip(_KEPT_AFTER)
+        return f"{match['head']}{REDACTED}{value[len(core):] if core else ''}"
+    return match[0]
+
+
+def _is_password(value: str, *, strong: bool, plain_word: bool) -> bool:
+    core = value.rstrip(_SENTENCE_END + ":)")
+    if (not core or value.startswith(REDACTED) or core[0] in _NOT_A_VALUE_START or _is_code_reference(value)
+            or _NUMBER_WITH_UNIT.fullmatch(core)):
+        return False
+    if not any(c.isalpha() for c in core):
+        return strong and core.isdigit() and len(core) >= _MIN_PASSWORD
+    # Hyphens, apostrophes and dots join words ("case-sensitive", "e.g."); other symbols are a password's.
+    shaped = any(c.isdigit() or not (c.isalnum() or c in "-'.") for c in core)
+    if shaped:
+        return len(core) >= _MIN_PASSWORD
+    word = core.lower()
+    return strong and plain_word and word not in _DESCRIBING and not word.endswith(_DESCRIBING_ENDINGS)
+
+
+def _redact_card(match: re.Match[str]) -> str:
+    card = match["card"]
+    digits = card.replace(" ", "").replace("-", "")
+    if digits[0] == "0" or (card.isdigit() and _NOT_A_CARD.fullmatch(digits)):
+        return match[0]
+    # A longer grouped match may be a card and what follows it ("4111 1111 1111 1111 123", a code).
+    if _luhn_valid(digits) or (not card.isdigit() and len(digits) > 16 and _luhn_valid(digits[:16])):
+        return REDACTED
+    return match[0]
+
+
+def _luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, c in enumerate(reversed(digits)):
+        d = ord(c) - 48
+        total += (d * 2 - 9 if d > 4 else d * 2) if i % 2 else d
+    return total % 10 == 0
 
 
 def _is_code_reference(value: str) -> bool:

@@ -33,7 +33,6 @@ from handraise.core.cursors import CursorSigner, Position
 from handraise.core.errors import (
     ConflictError,
     ExpiredError,
-    FourEyesError,
     InvalidAnswerError,
     LinkUsedError,
     NotAssignedError,
@@ -47,7 +46,7 @@ from handraise.core.held import HeldViews
 from handraise.core.jsontext import dumps, dumps_unicode
 from handraise.core.links import LinkDoors, new_id
 from handraise.core.events import REQUEST_CREATED, REQUEST_PROGRESS, REQUEST_RESOLVED, REQUEST_VOTED, Event, EventBus
-from handraise.core.people import is_assigned, is_own_approval, person_of, routing_problems
+from handraise.core.people import four_eyes_refusal, is_assigned, person_json, person_of, routing_problems
 from handraise.core.schema import check_schema_off_loop
 from handraise.core.sealing import Sealer
 from handraise.core.store import Store
@@ -343,8 +342,7 @@ class RequestService(Sweeping, LinkDoors):
                 del self._waiters[request_id]
 
     async def until_terminal(self, *, tenant_id: str, view: RequestView) -> RequestView:
-        """The request once terminal (the blocking call, an MCP tool). ``ShuttingDownError`` if this instance
-        stops first: the caller's same call again re-attaches."""
+        """The request once terminal (the blocking call, MCP tools); ``ShuttingDownError`` if the server stops."""
         while not view.terminal:
             if self.stopping:
                 raise ShuttingDownError("the server is shutting down; make the same call again to re-attach")
@@ -353,8 +351,7 @@ class RequestService(Sweeping, LinkDoors):
         return view
 
     def stop_waits(self) -> None:
-        """At shutdown: every wait returns the request as it stands, at once and from then on (an agent
-        re-attaches with wait, on another instance or here once back)."""
+        """At shutdown: every wait, now or later, returns the request as it stands (the agent waits again)."""
         self.stopping = True
         self.wake_all()
 
@@ -419,11 +416,11 @@ class RequestService(Sweeping, LinkDoors):
                 await self.invalid_attempt(view, principal=principal, channel=channel,
                                            errors=[{"field": e.field, "message": e.message} for e in errors])
                 raise InvalidAnswerError(_errors_message(errors), fields=[e.to_json() for e in errors])
-            if is_own_approval(self.settings, tenant_id, view.on_behalf_of, principal, response):
+            refusal = four_eyes_refusal(self.settings, tenant_id, view.on_behalf_of, principal, response)
+            if refusal is not None:
                 await self.journal(tenant_id=tenant_id, event="answer_refused", request_id=view.id, run_id=view.run_id,
-                                   principal=principal, channel=channel, data={"reason": "four_eyes"})
-                raise FourEyesError("this request was made on your behalf: someone else must approve it "
-                                    "(you may reject it)")
+                                   principal=principal, channel=channel, data={"reason": refusal.code})
+                raise refusal
             if view.approvals_required is not None:
                 return await self.voting.vote(view, response=response, principal=principal, channel=channel,
                                               link_id=link_id, deliveries=deliveries)
@@ -440,7 +437,8 @@ class RequestService(Sweeping, LinkDoors):
                 data |= self._person_data(tenant_id, principal)
                 done = await self.store.resolve(
                     conn, request_id=view.id, tenant_id=tenant_id, status="answered", now=now,
-                    require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": channel},
+                    require_unexpired=True, values={**answer, "resolved_by": principal, "resolved_via": channel,
+                                                    "resolved_person_json": self._person_column(tenant_id, principal)},
                     # The deliveries as read just before: the answer's view does not wait for a fresh read.
                     with_deliveries=False,
                     journal={"tenant_id": tenant_id, "event": "answered", "request_id": view.id,
@@ -465,7 +463,7 @@ class RequestService(Sweeping, LinkDoors):
         answer, not their own approval, valid (a check that fails sends the answer the long way, which refuses
         and journals it as ever)."""
         return (view.expires_at > self.clock() and self.may_answer(view, principal)
-                and not is_own_approval(self.settings, view.tenant_id, view.on_behalf_of, principal, response)
+                and four_eyes_refusal(self.settings, view.tenant_id, view.on_behalf_of, principal, response) is None
                 and not await proposals.answer_errors(schema=view.schema, proposal_schema=view.proposal_schema,
                                                       response=response))
 
@@ -560,6 +558,11 @@ class RequestService(Sweeping, LinkDoors):
         async with self.store.transaction() as conn:
             await self.store.append_journal(conn, tenant_id=tenant_id, event=event, request_id=request_id,
                                             run_id=run_id, principal=principal, channel=channel, data=data)
+
+    def _person_column(self, tenant_id: str, principal: str) -> str | None:
+        """``resolved_person_json``: who decided, as the request keeps it (None: no proven person)."""
+        found = person_json(self.settings, tenant_id, principal)
+        return None if found is None else dumps_unicode(found)
 
     def _person_data(self, tenant_id: str, principal: str) -> dict[str, str]:
         """``{"person": <id>}`` when ``principal`` is one of the tenant's people: the journal names the

@@ -7,10 +7,16 @@ A receiver recomputes it over the raw body, compares in constant time, and refus
 timestamp more than 5 minutes from its clock (the replay window); ``verify_signature``
 does all three. A failure raises ``ConnectorError``: retryable for 5xx, 408, 425, 429 and
 network errors (honouring ``Retry-After``), permanent for any other status.
+
+The receiver is an outsider, so one exchange is bounded: at most ``MAX_EXCHANGE_SECONDS`` (or the
+endpoint's shorter ``timeout``) from connecting to the last byte read, and at most
+``MAX_RESPONSE_BYTES`` of its body read. Its status is its answer: a 2xx with an endless body is
+delivered, and the connection is closed rather than drained.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -36,6 +42,13 @@ RESOLVED = "request.resolved"
 VOTED = "request.voted"
 # Worth another try: the receiver is busy, rate-limiting or briefly down. Any other 4xx is final.
 _RETRYABLE = frozenset({408, 425, 429})
+# The most of a receiver's body ever read. Nothing in it is used (the status is the answer); a short
+# reply ("ok", "{}") is read to its end only so that a kept-alive connection can carry the next POST.
+# Anything longer is left unread and its connection closed: a receiver answering 1 GB costs us 4 KiB.
+MAX_RESPONSE_BYTES = 4096
+# The longest one exchange may take, whatever an endpoint's timeout_seconds says (configuration allows
+# up to this): connect, send, the response's headers and the bounded read of its body, all together.
+MAX_EXCHANGE_SECONDS = 60.0
 
 
 def envelope(event: str, request: RequestView, *, delivery_id: str) -> dict[str, Any]:
@@ -66,14 +79,22 @@ async def post_signed(http: aiohttp.ClientSession, *, url: str, secret: str, pay
     }
     # The URL may hold a token of its own (hook URLs often do): errors name the host only.
     host = url_host(url)
+    seconds = min(timeout, MAX_EXCHANGE_SECONDS)
+    deadline = asyncio.get_running_loop().time() + seconds
     try:
-        async with http.post(url, data=body, headers=headers, allow_redirects=False,
-                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            await resp.read()
-            status = resp.status
-            retry_after = _retry_after(resp.headers.get("Retry-After"))
+        # Until the headers are in: a receiver that never answers is a failure, retried later.
+        async with asyncio.timeout_at(deadline):
+            # auto_decompress off: the body is never used, so a compressed one is never inflated.
+            resp = await http.post(url, data=body, headers=headers, allow_redirects=False, auto_decompress=False,
+                                   timeout=aiohttp.ClientTimeout(total=seconds))
     except (TimeoutError, aiohttp.ClientError) as e:
         raise ConnectorError(f"{event} to {host}: {type(e).__name__}") from e
+    try:
+        status = resp.status
+        retry_after = _retry_after(resp.headers.get("Retry-After"))
+        await _read_bounded(resp, deadline=deadline)
+    finally:
+        resp.release()
     if 200 <= status < 300:
         log.info("signed post delivered", extra={"host": host, "event": event, "status": status})
         return status
@@ -81,6 +102,26 @@ async def post_signed(http: aiohttp.ClientSession, *, url: str, secret: str, pay
     if status in _RETRYABLE or status >= 500:
         raise ConnectorError(message, retry_after=retry_after)
     raise ConnectorError(message, permanent=True)
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, *, deadline: float) -> None:
+    """Read at most ``MAX_RESPONSE_BYTES`` of the body by ``deadline``; close the connection if more is left.
+
+    The status is already the answer: a body cut short, too long or too slow changes nothing but the
+    connection, which is then closed instead of going back to the pool half read.
+    """
+    left = MAX_RESPONSE_BYTES
+    try:
+        async with asyncio.timeout_at(deadline):
+            while left > 0:
+                chunk = await resp.content.read(left)
+                if not chunk:
+                    return  # the whole body, short enough: the connection may be kept alive
+                left -= len(chunk)
+    except (TimeoutError, aiohttp.ClientError):
+        pass  # too slow, or cut off: the status stands, the connection goes
+    if not resp.content.at_eof():
+        resp.close()
 
 
 def sign(secret: str | bytes, *, timestamp: int | str, body: bytes) -> str:

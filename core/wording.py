@@ -44,6 +44,14 @@ TEXTS: dict[str, str] = {
                     "Secrets belong in the form, not in chat."),
     "link": "Your own one-time link to the form: it works once, only for you, and only until the question "
             "is resolved.",
+    "signin_note": "Your own sign-in link to the Handraise inbox: it works once, only for you, for a short while. "
+                   "If you did not ask for it, ignore it.",
+    "signin_button": "Sign in to the inbox",
+    "signin_title": "Your sign-in link to the Handraise inbox",
+    "link_title": "Your own link to answer a question",
+    "link_button": "Open form",
+    "person_required": "Only someone this team lists by name may approve this, and this account is not one of "
+                       "them. Nothing was changed.",
     "link_failed": "The form link could not be sent to you privately; open a private chat with the bot and "
                    "try again.",
     "rating_not_authorized": "You are not authorized to rate this run.",

@@ -89,6 +89,16 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", _guarded_getaddrinfo)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_config_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's own user config folder, where the server secret lives by default (core/serversecret.py):
+    the suite never reads or writes the real ~/.config/handraise. One for the whole session, so a server
+    restarted on the same SQLite file (harness/live.py) finds the secret it started with."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+        yield
+
+
 # -- PostgreSQL ----------------------------------------------------------------
 
 

@@ -22,11 +22,20 @@ from handraise.core.api import LinkView, RequestView
 from handraise.core.chat import NAMES
 from handraise.core.channels import Channel
 from handraise.core.config import Settings
-from handraise.core.errors import ConfigError, HandraiseError, InvalidAnswerError, RateLimitedError
+from handraise.core.errors import (
+    BadRequestError,
+    ConfigError,
+    HandraiseError,
+    InvalidAnswerError,
+    NotUtf8Error,
+    PayloadTooLargeError,
+    RateLimitedError,
+)
 from handraise.core.i18n import DEFAULT_LOCALE, parse_accept_language
 from handraise.core.names import display_name
 from handraise.core.schema import FieldError
 from handraise.webforms.csrf import csrf_token, csrf_valid, origin_allowed
+from handraise.webforms.formbody import read_form
 from handraise.webforms.looks import TenantLooks, Theme, build_theme
 from handraise.webforms.pages import STATIC_ROUTE, FormPage, Pages, Receipt, page_response
 from handraise.webforms.previews import is_preview
@@ -151,11 +160,14 @@ class WebFormsChannel(Channel[WebFormsSettings]):
         except HandraiseError as e:
             return await self._outcome_for(e, request, token)
         try:
-            form = await request.post()
-        except web.HTTPRequestEntityTooLarge:
+            form = await read_form(request, limit=limit)
+        except PayloadTooLargeError:
             return self._outcome("too_large", request, view=view)
-        except (ValueError, LookupError, AssertionError):
-            # Broken multipart, a charset Python does not know, bytes that are not in it.
+        except NotUtf8Error:
+            return self._outcome("not_utf8", request, view=view)
+        except BadRequestError as e:
+            # Broken multipart, a part without a name, a file, a body cut short: nothing is read or journaled.
+            self.log.info("form refused: %s", e.message, extra={"link_id": link.id, "request_id": view.id})
             return self._outcome("bad_request", request, view=view)
         if not csrf_valid(await self.signing_key.get(), link.id, form.get(CSRF_FIELD)):
             self.log.info("form refused: missing or wrong CSRF token",

@@ -99,6 +99,9 @@ OUTCOMES: dict[str, Outcome] = {
                          N_("Go back, shorten it and send it again.")),
     "bad_request": Outcome(400, N_("Your answer could not be read"),
                            N_("Open the link again and send your answer from the fresh page.")),
+    "not_utf8": Outcome(400, N_("Your answer could not be read"),
+                        N_("The form must be sent as UTF-8 text. Open the link again and send your answer from "
+                           "the fresh page.")),
     "answered": Outcome(200, N_("Thank you, your answer was sent"), N_("You can close this tab.")),
     "not_assigned": Outcome(403, N_("This question is assigned to other people"),
                             N_("Only the people it is assigned to may answer it. Nothing was changed.")),

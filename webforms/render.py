@@ -323,12 +323,6 @@ def _is_root(specs: Sequence[FieldSpec]) -> bool:
     return len(specs) == 1 and specs[0].name == ""
 
 
-def _number_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _default_values(spec: FieldSpec) -> tuple[str, ...]:
     default = spec.default
     if default is None:
@@ -338,7 +332,7 @@ def _default_values(spec: FieldSpec) -> tuple[str, ...]:
     if isinstance(default, list):
         return tuple(str(item) for item in default)
     if isinstance(default, (int, float)):
-        return (_number_text(default),)
+        return (number_text(default),)
     return (str(default),)
 
 
@@ -405,13 +399,13 @@ def _number_attrs(spec: FieldSpec) -> dict[str, str]:
         high = bound if high is None else min(high, bound)
     attrs: dict[str, str] = {}
     if low is not None:
-        attrs["min"] = _number_text(low)
+        attrs["min"] = number_text(low)
     if high is not None:
-        attrs["max"] = _number_text(high)
+        attrs["max"] = number_text(high)
     step = spec.multiple_of
     # HTML counts steps from ``min``; JSON schema from 0. When they disagree the server checks alone.
     if step is not None and (low is None or _is_multiple(low, step)) and (not integer or float(step).is_integer()):
-        attrs["step"] = _number_text(step)
+        attrs["step"] = number_text(step)
     else:
         attrs["step"] = "1" if integer else "any"
     return attrs
@@ -437,7 +431,7 @@ def _length_hint(low: int | None, high: int | None, t: gettext.NullTranslations)
 def _number_hint(spec: FieldSpec, t: gettext.NullTranslations) -> str:
     integer = spec.widget == "integer"
     low, high = spec.minimum, spec.maximum
-    values = {"low": _number_text(low), "high": _number_text(high)}
+    values = {"low": number_text(low), "high": number_text(high)}
     if low is not None and high is not None:
         words = (t.gettext("A whole number from %(low)s to %(high)s") if integer
                  else t.gettext("A number from %(low)s to %(high)s")) % values
@@ -450,11 +444,11 @@ def _number_hint(spec: FieldSpec, t: gettext.NullTranslations) -> str:
     else:
         words = t.gettext("A whole number") if integer else t.gettext("A number")
     if spec.exclusive_minimum is not None:
-        words += t.gettext(", more than %(n)s") % {"n": _number_text(spec.exclusive_minimum)}
+        words += t.gettext(", more than %(n)s") % {"n": number_text(spec.exclusive_minimum)}
     if spec.exclusive_maximum is not None:
-        words += t.gettext(", less than %(n)s") % {"n": _number_text(spec.exclusive_maximum)}
+        words += t.gettext(", less than %(n)s") % {"n": number_text(spec.exclusive_maximum)}
     if spec.multiple_of is not None:
-        words += t.gettext(", in steps of %(n)s") % {"n": _number_text(spec.multiple_of)}
+        words += t.gettext(", in steps of %(n)s") % {"n": number_text(spec.multiple_of)}
     return words
 
 

@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from handraise.core import wording
 from handraise.core.api import RequestView
+from handraise.core.personal import PrivateNote
 from handraise.core.schema.fields import describe_field, fields
 
 TEMPLATES_DIR = Path(str(importlib.resources.files("handraise.templates"))) / "email"
@@ -88,6 +89,17 @@ class Composer:
         return _message(thread, subject=subject, message_id=message_id, text=text, html=html, now=now,
                         in_reply_to=in_reply_to or thread.root_id,
                         references=[thread.root_id] + ([in_reply_to] if in_reply_to else []))
+
+
+    def private_note(self, thread: Thread, note: PrivateNote, *, asker: str, now: float) -> EmailMessage:
+        """A mail to one person alone with a link of their own (a sign-in, a form link sent for them): the
+        note's paragraphs first, so that a client's preview shows them, then the link. The link is in the
+        body only: never in the subject or the HTML's title, which lists and notifications show to anyone
+        near the screen."""
+        context = {"subject": thread.subject, "asker": asker, "url": note.url, "button": note.button,
+                   "paragraphs": [p for p in note.text.split("\n\n") if p.strip()]}
+        text, html = self.render("note", **context)
+        return _message(thread, subject=thread.subject, message_id=thread.root_id, text=text, html=html, now=now)
 
 
 def field_lines(view: RequestView) -> list[FieldLine]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 import ssl
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -34,8 +35,10 @@ from handraise.bots.email.settings import EmailSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender, must_not_stay
+from handraise.core.config import PersonSettings
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.outcomes import AnswerOutcome
+from handraise.core.personal import PrivateNote
 
 CHANNEL = "email"
 LEADER = "email-imap"
@@ -108,9 +111,12 @@ class EmailConnector(ChatConnector[EmailSettings]):
 
     async def thread(self, view: RequestView, recipient: str) -> Thread:
         token = thread_token(await self.signing_key.get(), request_id=view.id, recipient=recipient)
+        return self._thread(token, recipient, subject_of(view, asker=self.asker(view.tenant_id)))
+
+    def _thread(self, token: str, recipient: str, subject: str) -> Thread:
         return Thread(sender=self.settings.from_address, recipient=recipient, token=token,
                       root_id=message_id(self.mailbox, token), reply_to=reply_address(self.mailbox, token),
-                      subject=subject_of(view, asker=self.asker(view.tenant_id)))
+                      subject=subject)
 
     # -- routing -----------------------------------------------------------------------
 
@@ -145,6 +151,26 @@ class EmailConnector(ChatConnector[EmailSettings]):
         await self.send(mail, thread)
         self.log.info("question mailed", extra={"request_id": request.id, "channel": self.name})
         return {"message_id": thread.root_id}
+
+    async def send_private(self, person: PersonSettings, *, tenant_id: str, note: PrivateNote) -> bool:
+        """A mail to the person's own address as ``[[tenants.people]]`` lists it, in a thread of its own that
+        nothing answers to (its token is made from a fresh nonce: a reply or a bounce names no known thread).
+        False when the mail server refuses the address for good (5xx)."""
+        if person.email is None:
+            return False
+        token = thread_token(await self.signing_key.get(), request_id=f"note:{secrets.token_hex(16)}",
+                             recipient=person.email)
+        thread = self._thread(token, person.email, f"{note.title or note.button} ({self.asker(tenant_id)})")
+        mail = self.composer.private_note(thread, note, asker=self.asker(tenant_id), now=self.service.clock())
+        try:
+            await self.send(mail, thread)
+        except ConnectorError as e:
+            if not (e.permanent and isinstance(e.__cause__, aiosmtplib.SMTPRecipientsRefused)):
+                raise
+            self.log.info("email: the mail server refused the person's address (%s)", e.message,
+                          extra={"tenant_id": tenant_id})
+            return False
+        return True
 
     async def remind(self, request: RequestView, *, target: str, ref: dict[str, Any]) -> dict[str, Any] | None:
         thread = await self.thread(request, target)

@@ -183,6 +183,15 @@ def link_content(url: str, request: RequestView, *, tz: dt.tzinfo = dt.UTC) -> d
     return {**_message(body, formatted), "msgtype": "m.text"}
 
 
+def note_content(text: str, *, url: str, button: str) -> dict[str, Any]:
+    """A direct message that hands one person a link of their own (a sign-in, a form link sent for them):
+    ``text``, then the link under its label (an ``m.text``: it notifies)."""
+    body = f"{text}\n\n{button}: {url}"
+    formatted = (f"<p>{_html_lines(text)}</p>"
+                 f'<p><a href="{html.escape(url, quote=True)}">{html.escape(button)}</a></p>')
+    return {**_message(body, formatted), "msgtype": "m.text"}
+
+
 def link_closed_content(request: RequestView, *, event_id: str,
                         outcome: wording.Outcome | None = None) -> dict[str, Any]:
     """An edit of a direct message that carried a form link: the request ended, the link goes."""

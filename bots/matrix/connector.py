@@ -20,6 +20,7 @@ from handraise.bots.matrix.cards import (
     FORM_KEY,
     answer_text,
     card_content,
+    note_content,
     notify,
     outcome_content,
     reaction_content,
@@ -37,9 +38,10 @@ from handraise.bots.matrix.sync import LEADER, SyncLoop
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import Sender
-from handraise.core.config import Settings
+from handraise.core.config import PersonSettings, Settings
 from handraise.core.connectors import AnswerOutcome
 from handraise.core.errors import ConnectorError, NotFoundError
+from handraise.core.personal import PrivateNote
 from handraise.core.schema import coerce_text
 
 # Refusals after which a person is told how to reach the form.
@@ -249,6 +251,17 @@ class MatrixConnector(SyncLoop, DirectMessages, MatrixSession):
         self.log.info("matrix: card posted", extra={"request_id": request.id, "room_id": room_id,
                                                     "direct": person is not None})
         return ref
+
+    async def send_private(self, person: PersonSettings, *, tenant_id: str, note: PrivateNote) -> bool:
+        """The note in the direct room the bot keeps with the person (the one assigned cards and 📝 links use,
+        or a new one where that is gone, encrypted or shared with someone else). A user their homeserver does
+        not know, or one it cannot reach, is a ConnectorError."""
+        if person.matrix is None:
+            return False
+        await self._ensure_connected()
+        await self._send_direct(person.matrix, note_content(note.text, url=note.url, button=note.button),
+                                what="a private note")
+        return True
 
     def _people(self, tenant_id: str, ref: dict[str, Any] | None = None) -> list[str]:
         """Who a card or reminder mentions: the people who may answer, nobody in a direct room."""

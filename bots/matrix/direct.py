@@ -12,6 +12,7 @@ from typing import Any
 from nio import (
     RoomForgetResponse,
     RoomGetStateEventResponse,
+    RoomGetStateResponse,
     RoomKickResponse,
     RoomLeaveResponse,
     RoomPutStateResponse,
@@ -263,14 +264,17 @@ class DirectMessages(HomeserverCalls):
         return True
 
     async def _still_there(self, room_id: str, user_id: str) -> bool:
-        """Whether the person is still in the room (or invited) and it is not end-to-end encrypted: the bot
-        could not read their answers there, so an encrypted one gives way to a new room."""
-        response = await self.client.room_get_state_event(room_id, "m.room.member", user_id)
-        if not (isinstance(response, RoomGetStateEventResponse)
-                and (response.content or {}).get("membership") in ("join", "invite")):
+        """Whether the room is still the person's alone with the bot: they are in it (or invited), nobody else
+        is, and it is not end-to-end encrypted. Anyone they let in would read every personal link sent there,
+        and the bot could not read their answers in an encrypted room: either gives way to a new room."""
+        response = await self.client.room_get_state(room_id)
+        if not isinstance(response, RoomGetStateResponse):
             return False
-        encryption = await self.client.room_get_state_event(room_id, "m.room.encryption")
-        return not isinstance(encryption, RoomGetStateEventResponse)
+        present = {event.get("state_key") for event in response.events
+                   if event.get("type") == "m.room.member"
+                   and (event.get("content") or {}).get("membership") in ("join", "invite")}
+        encrypted = any(event.get("type") == "m.room.encryption" for event in response.events)
+        return present == {user_id, self.settings.user_id} and not encrypted
 
     async def _account_data(self, event_type: str) -> dict[str, Any]:
         status, body = await self._raw("GET", self._account_data_path(event_type))

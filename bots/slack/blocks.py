@@ -150,12 +150,17 @@ def reminder_text(view: RequestView, *, now: float, tz: dt.tzinfo = dt.UTC) -> s
 
 
 def form_link_content(url: str) -> tuple[str, list[dict[str, Any]]]:
-    text = wording.text("link")
+    return link_content(wording.text("link"), url=url, button="Open form")
+
+
+def link_content(text: str, *, url: str, button: str) -> tuple[str, list[dict[str, Any]]]:
+    """A message that hands one person a link of their own: ``text`` (what a notification shows: never the
+    link) and a section whose button opens it (a tap on it reaches the app as LINK_ACTION, ignored)."""
     blocks = [{
         "type": "section",
-        "text": _mrkdwn(text),
-        "accessory": {"type": "button", "action_id": LINK_ACTION, "text": _plain("Open form"), "url": url,
-                      "style": "primary"},
+        "text": _mrkdwn(_mrkdwn_clip(text, _SECTION_TEXT)),
+        "accessory": {"type": "button", "action_id": LINK_ACTION, "text": _plain(_clip(button, _BUTTON_TEXT)),
+                      "url": url, "style": "primary"},
     }]
     return text, blocks
 

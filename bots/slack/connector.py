@@ -31,6 +31,7 @@ from handraise.bots.slack.blocks import (
     MODAL_INTENT,
     block_errors,
     form_link_content,
+    link_content,
     message_content,
     modal_view,
     notice_view,
@@ -43,9 +44,10 @@ from handraise.bots.slack.settings import SlackSettings
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
-from handraise.core.config import Settings
+from handraise.core.config import PersonSettings, Settings
 from handraise.core.errors import ConnectorError, NotFoundError
 from handraise.core.outcomes import AnswerOutcome
+from handraise.core.personal import PrivateNote
 from handraise.core.ratings import rating_value
 
 LEADER = "slack-socket"
@@ -61,6 +63,11 @@ _PERMANENT = frozenset({
     "token_revoked", "token_expired", "missing_scope", "not_allowed_token_type", "no_permission",
     "restricted_action", "invalid_blocks", "invalid_arguments", "msg_too_long", "message_not_found",
     "cant_update_message", "edit_window_closed", "team_access_not_granted",
+})
+# Slack's answers when the app cannot write to a person alone: no such (active) user, or no DM with them.
+_NO_DM = frozenset({
+    "user_not_found", "users_not_found", "user_disabled", "account_inactive", "cannot_dm_bot",
+    "channel_not_found", "not_in_channel", "is_archived", "messages_tab_disabled",
 })
 # Slack marks up what people type: links arrive as <target|label> or <target>, and &, <, > as entities.
 _SLACK_LINK = re.compile(r"<(?!@|#|!)([^<>|]+)(?:\|([^<>]*))?>")
@@ -192,6 +199,26 @@ class SlackConnector(ChatConnector[SlackSettings]):
         await self._call("chat.postMessage", self.client.chat_postMessage(
             channel=channel, thread_ts=ts,
             text=reminder_text(request, now=self.service.clock(), tz=self.timezone(request.tenant_id))))
+
+    async def send_private(self, person: PersonSettings, *, tenant_id: str, note: PrivateNote) -> bool:
+        """The note in the person's DM with the app (conversations.open on their user id: a DM, which
+        nobody else can join), the link on a button; False when Slack has no DM with them to give."""
+        if person.slack is None:
+            return False
+        text, blocks = link_content(note.text, url=note.url, button=note.button)
+        try:
+            opened = await self._call("conversations.open", self.client.conversations_open(users=person.slack))
+            await self._call("chat.postMessage", self.client.chat_postMessage(
+                channel=str(opened["channel"]["id"]), text=text, blocks=blocks, unfurl_links=False,
+                unfurl_media=False))
+        except ConnectorError as e:
+            cause = e.__cause__
+            error = cause.response.get("error") if isinstance(cause, SlackApiError) else None
+            if error not in _NO_DM:
+                raise
+            self.log.info("slack: no DM with the person (%s)", error, extra={"tenant_id": tenant_id})
+            return False
+        return True
 
     async def _call(self, what: str, call: Awaitable[Any]) -> Any:
         """One Web API call; the library's failure is wrapped once, with Slack's Retry-After."""

@@ -26,7 +26,7 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.error import BadRequest, TelegramError
+from telegram.error import BadRequest, Forbidden, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -56,8 +56,9 @@ from handraise.bots.telegram.settings import TelegramSettings, TelegramTenantSet
 from handraise.core import wording
 from handraise.core.api import RequestView
 from handraise.core.chat import ChatConnector, Sender
-from handraise.core.config import Settings
+from handraise.core.config import PersonSettings, Settings
 from handraise.core.errors import ConfigError, ConnectorError
+from handraise.core.personal import PrivateNote
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +298,25 @@ class TelegramConnector(TelegramInbound):
                                             tenant_id=request.tenant_id, request_id=request.id)
         return {"chat_id": chat_id, "message_id": message.message_id, "reminder": True}
 
+    async def send_private(self, person: PersonSettings, *, tenant_id: str, note: PrivateNote) -> bool:
+        """The note in the person's private chat with the bot (its id is their user id), the link on a button.
+        False when Telegram will not let the bot write there: they never started the bot, blocked it, or
+        Telegram knows no such chat."""
+        if person.telegram is None:
+            return False
+        bot = await self._bot()
+        markup = InlineKeyboardMarkup([[InlineKeyboardButton(note.button, url=note.url)]])
+        try:
+            await self._send(bot, person.telegram, note.text, markup, note.url, label=note.button)
+        except ConnectorError as e:
+            if not _unreachable(e.__cause__):
+                raise
+            # Only the kind of refusal: the text names no link, but nothing of the note belongs in a log.
+            self.log.info("telegram: no private chat with the person (%s)", type(e.__cause__).__name__,
+                          extra={"tenant_id": tenant_id})
+            return False
+        return True
+
     async def _compose(self, view: RequestView, chat_id: int, *, kept: dict[str, Any] | None = None
                        ) -> tuple[str, Any, str | None, dict[str, Any]]:
         """The message text, its markup, the form link it carries (if any), and what of its buttons its
@@ -349,8 +369,9 @@ class TelegramConnector(TelegramInbound):
         assert self._app is not None
         return f"https://t.me/{self._app.bot.username}?start={token}", {"form_token": token}
 
-    async def _send(self, bot: Any, chat_id: int, text: str, markup: Any, link: str | None) -> tuple[Message, bool]:
-        """The message posted, and whether its form link went into the text instead of a button."""
+    async def _send(self, bot: Any, chat_id: int, text: str, markup: Any, link: str | None, *,
+                    label: str = "Form") -> tuple[Message, bool]:
+        """The message posted, and whether its link (its button's ``label``) went into the text instead."""
         try:
             try:
                 return await bot.send_message(chat_id, text, reply_markup=markup,
@@ -361,7 +382,7 @@ class TelegramConnector(TelegramInbound):
                 if link is None or "url" not in str(e).lower():
                     raise
                 self.log.warning("telegram refused the form button; sending the link as text")
-                text, markup = _link_as_text(text, markup, link)
+                text, markup = _link_as_text(text, markup, link, label=label)
                 return await bot.send_message(chat_id, text, reply_markup=markup,
                                               link_preview_options=LinkPreviewOptions(is_disabled=True)), True
         except TelegramError as e:
@@ -371,9 +392,19 @@ class TelegramConnector(TelegramInbound):
         return wrap(error, self.settings)
 
 
-def _link_as_text(text: str, markup: InlineKeyboardMarkup, link: str) -> tuple[str, InlineKeyboardMarkup | None]:
-    """The message with its form link in the text, for a Telegram that refuses the link's button."""
+def _link_as_text(text: str, markup: InlineKeyboardMarkup, link: str, *,
+                  label: str = "Form") -> tuple[str, InlineKeyboardMarkup | None]:
+    """The message with its link in the text (after it, named as its button was), for a Telegram that
+    refuses the link's button."""
     kept = [row for row in markup.inline_keyboard if not any(b.url for b in row)]
-    room = MAX_TEXT - utf16_len(link) - 20
+    room = MAX_TEXT - utf16_len(link) - utf16_len(label) - 20
     body = text if utf16_len(text) <= room else cut_utf16(text, room - 1) + "…"
-    return f"{body}\n\nForm: {link}", InlineKeyboardMarkup(kept) if kept else None
+    return f"{body}\n\n{label}: {link}", InlineKeyboardMarkup(kept) if kept else None
+
+
+def _unreachable(error: BaseException | None) -> bool:
+    """Whether Telegram refused a private message because the bot may not write to that person (403: never
+    started, blocked, deactivated) or knows no such chat, rather than failing to deliver it."""
+    if isinstance(error, Forbidden):
+        return True
+    return isinstance(error, BadRequest) and "chat not found" in str(error).lower()

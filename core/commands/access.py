@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import secrets
 import time
 from typing import Any
 
@@ -17,8 +16,7 @@ from handraise.core.commands.base import (
     tenant_arg,
     with_store,
 )
-from handraise.core.config import ALL_SCOPES, hash_key, scopes_problem
-from handraise.core.errors import ConfigError, HandraiseError
+from handraise.core.errors import ConfigError, HandraiseError, PersonNotBoundError
 
 
 def cmd_inbox_link(args: argparse.Namespace) -> int:
@@ -40,7 +38,12 @@ def cmd_inbox_link(args: argparse.Namespace) -> int:
         return await InboxAccess(settings=settings, store=store).mint(tenant_id=tenant, name=name,
                                                                      created_by="cli:inbox-link")
 
-    minted = asyncio.run(with_store(settings, mint))
+    try:
+        minted = asyncio.run(with_store(settings, mint))
+    except PersonNotBoundError:
+        raise ConfigError(f"--name {name!r}: that is one of {tenant}'s people, and the CLI's sign-in is an "
+                          "operator's, nobody in particular; give another name, or have them signed in with their "
+                          "own key or on their own channel (POST /v1/inbox/links with person and deliver)") from None
     print(minted.url)
     say(f"a sign-in link to the inbox of {tenant} as operator:{name}: it works once, within "
          f"{duration(settings.inbox.signin_link_seconds)}")
@@ -48,26 +51,24 @@ def cmd_inbox_link(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
+    from handraise.core.apikeys import make_key
+
     settings = settings_of(args)
     tenant = tenant_arg(settings, args.tenant)
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
-    bad = [s for s in scopes if s not in ALL_SCOPES]
-    if bad or not scopes:
-        raise ConfigError(f"--scopes must be among {', '.join(ALL_SCOPES)} (got {args.scopes!r})")
-    problem = scopes_problem(scopes)
-    if problem:
-        raise ConfigError(f"--scopes: {problem}")
-    key_id = args.id or f"key-{secrets.token_hex(4)}"
-    key = f"hr_{secrets.token_urlsafe(32)}"
 
-    async def insert(store: Any) -> None:
-        if any(row["id"] == key_id for row in await store.list_api_keys()):
-            raise ConfigError(f"--id {key_id!r}: a stored key has this id already; choose another")
-        await store.insert_api_key({"id": key_id, "tenant_id": tenant, "key_sha256": hash_key(key),
-                                    "scopes": ",".join(scopes), "created_at": time.time(), "revoked_at": None})
+    async def insert(store: Any) -> Any:
+        return await make_key(store, settings, tenant_id=tenant, scopes=scopes, key_id=args.id, person=args.person,
+                              made_by="cli:keys-create", now=time.time())
 
-    asyncio.run(with_store(settings, insert))
-    print(f"key id:  {key_id}\ntenant:  {tenant}\nscopes:  {','.join(scopes)}\nkey:     {key}")
+    try:
+        made = asyncio.run(with_store(settings, insert))
+    except HandraiseError as e:
+        field = e.fields[0]["field"] if e.fields else "id"
+        raise ConfigError(f"--{field}: {e.fields[0]['message'] if e.fields else e.message}") from None
+    print(f"key id:  {made.id}\ntenant:  {tenant}\nscopes:  {','.join(made.scopes)}"
+          + (f"\nperson:  {made.person} (the key acts as person:{made.person}; hand it to them alone)"
+             if made.person else "") + f"\nkey:     {made.key}")
     say(f"store: {store_description(settings)}; the key is shown once, only its sha256 is kept")
     return 0
 
@@ -76,12 +77,12 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     for tenant in settings.tenants:
         for key in tenant.keys:
-            print(f"{key.id}\t{tenant.id}\t{','.join(key.scopes)}\tconfig")
+            print(f"{key.id}\t{tenant.id}\t{','.join(key.scopes)}\tconfig\t{key.person or '-'}")
     rows = asyncio.run(with_store(settings, lambda s: s.list_api_keys()))
     say(f"store: {store_description(settings)}")
     for row in rows:
         state = "revoked" if row["revoked_at"] else "active"
-        print(f"{row['id']}\t{row['tenant_id']}\t{row['scopes']}\t{state}")
+        print(f"{row['id']}\t{row['tenant_id']}\t{row['scopes']}\t{state}\t{row.get('person') or '-'}")
     return 0
 
 

@@ -21,11 +21,16 @@ class Principal:
     tenant_id: str
     key_id: str
     scopes: frozenset[str]
+    # The person this key is bound to: the only person it acts as (DESIGN invariant 10). None: nobody.
+    person: str | None = None
 
     @property
     def name(self) -> str:
-        """``agent:<key id>`` for asking keys, ``operator:<key id>`` for the rest (DESIGN.md)."""
-        return f"agent:{self.key_id}" if "ask" in self.scopes else f"operator:{self.key_id}"
+        """``agent:<key id>`` for asking keys; ``person:<id>`` for a key bound to a person, which acts as
+        them; ``operator:<key id>`` for the rest, which is nobody in particular (DESIGN.md)."""
+        if "ask" in self.scopes:
+            return f"agent:{self.key_id}"
+        return f"person:{self.person}" if self.person is not None else f"operator:{self.key_id}"
 
     def require(self, *scopes: str) -> None:
         if not self.scopes.intersection(scopes):
@@ -58,7 +63,7 @@ class Keyring:
         self._config: dict[str, Principal] = {}
         for tenant in settings.tenants:
             for key in tenant.keys:
-                self._config[key.digest()] = Principal(tenant.id, key.id, frozenset(key.scopes))
+                self._config[key.digest()] = Principal(tenant.id, key.id, frozenset(key.scopes), key.person)
         self._stored: dict[str, Principal] = {}
         self._loaded_at = -math.inf
         self._reload_lock = asyncio.Lock()
@@ -86,7 +91,8 @@ class Keyring:
             if time.monotonic() - self._loaded_at <= UNKNOWN_KEY_RELOAD:
                 return
             rows = await self._store.list_api_keys()
-            self._stored = {r["key_sha256"]: Principal(r["tenant_id"], r["id"], frozenset(r["scopes"].split(",")))
+            self._stored = {r["key_sha256"]: Principal(r["tenant_id"], r["id"], frozenset(r["scopes"].split(",")),
+                                                       r.get("person"))
                             for r in rows if r["revoked_at"] is None}
             self._loaded_at = time.monotonic()
 

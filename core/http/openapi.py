@@ -30,6 +30,8 @@ from handraise.core.api import (
 )
 from handraise.core.hitl import CreateReviewBody, ReviewAccepted, ReviewStatus
 from handraise.core.http.annotations import ListAnnotationsQuery, SummaryQuery
+from handraise.core.http.inbox import DeliveredRecord, InboxLinkBody
+from handraise.core.http.keys import KeyBody, MadeKeyRecord
 from handraise.core.http.requests import ListRequestsQuery, WaitQuery
 from handraise.core.http.runs import ListRunsQuery
 from handraise.core.runs import CompleteRunBody, RegisterRunBody, RunRecord
@@ -63,13 +65,17 @@ def _naming(response: dict[str, Any], header: str) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {400: "Malformed request: JSON, query, path or key header", 401: "No or unknown key",
-             403: "Wrong scope; for an answer, not_assigned (the request is assigned to other people) or "
-                  "four_eyes (its on_behalf_of person may not approve it)", 404: "Not found (or another tenant's)",
+             403: "Wrong scope; for an answer, not_assigned (the request is assigned to other people), "
+                  "four_eyes (its on_behalf_of person may not approve it) or person_required (only a proven "
+                  "person's approval or vote counts); for what names a person, person_not_bound (the key is "
+                  "bound to no person) or person_mismatch (it is bound to another)",
+             404: "Not found (or another tenant's)",
              409: "Conflict; for an answer, already_answered, or already_voted (the person voted otherwise "
                   "already on this quorum request: votes are final)", 410: "Gone",
              413: "Body too large", 422: "Invalid body, schema or answer",
              429: "Too many invalid answers by this key (Retry-After says when to try again)",
-             501: "Capability not provided"}
+             501: "Capability not provided",
+             502: "not_delivered: none of the person's own channels took the link (nothing was handed out)"}
     return {str(s): _json(_ERROR, words[s]) for s in statuses}
 
 
@@ -150,10 +156,12 @@ PATHS: dict[str, dict[str, Any]] = {
         params=[_ID], ok={"200": _json(_REQUEST, "The request, its sensitive answer deleted")},
         errors=(401, 403, 404, 409))},
     "/v1/requests/{id}/links": {"post": _op(
-        "Mint a one-time form link (forward: only for a request the key created itself)",
-        scopes=["answer", "forward"], params=[_ID],
-        body=LinkBody, body_required=False, ok={"201": _json(LinkRecord, "Link")},
-        errors=(400, 401, 403, 404, 409, 410, 413, 422))},
+        "Mint a one-time form link (forward: only for a request the key created itself). With person, the "
+        "link answers as that person: returned only to a key bound to them, or sent to their own channel "
+        "(deliver) and never returned", scopes=["answer", "forward"], params=[_ID],
+        body=LinkBody, body_required=False,
+        ok={"201": _json(LinkRecord, "Link"), "202": _json(DeliveredRecord, "Sent to the person's own channel")},
+        errors=(400, 401, 403, 404, 409, 410, 413, 422, 502))},
     "/v1/human-feedback": {"post": _op(
         "Create and wait until terminal (the blocking human_feedback tool)", scopes=["ask"], body=CreateRequestBody,
         ok={"200": _json(_REQUEST, "Terminal: answered, expired or cancelled")},
@@ -186,14 +194,27 @@ PATHS: dict[str, dict[str, Any]] = {
                     "content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
         errors=(400, 401, 403))},
     "/v1/inbox/links": {"post": _op(
-        "Mint a one-time sign-in link to the operator inbox; the session answers as operator:{name}",
-        scopes=["answer"],
-        body={"type": "object", "required": ["name"], "additionalProperties": False,
-              "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}}},
+        "Mint a one-time sign-in link to the operator inbox: for an operator (name; the session acts as "
+        "operator:{name}, nobody in particular) or one of the tenant's people (person; the session acts as "
+        "person:{id}), returned only to a key bound to that person, or sent to their own channel (deliver)",
+        scopes=["answer"], body=InboxLinkBody,
         ok={"201": _json({"type": "object", "properties": {"url": {"type": "string"},
                                                             "expires_at": {"type": "string"},
-                                                            "name": {"type": "string"}}}, "Sign-in link")},
-        errors=(400, 401, 403, 413, 422))},
+                                                            "name": {"type": "string"},
+                                                            "person": {"type": "string"}}}, "Sign-in link"),
+            "202": _json(DeliveredRecord, "Sent to the person's own channel")},
+        errors=(400, 401, 403, 413, 422, 502))},
+    "/v1/keys": {
+        "post": _op("Make a stored key of the caller's tenant (shown once); person binds it to one of the "
+                    "tenant's people", scopes=["admin"], body=KeyBody,
+                    ok={"201": _json(MadeKeyRecord, "The key, shown this once")}, errors=(400, 401, 403, 409, 413, 422)),
+        "get": _op("The tenant's keys, from the config and the store, never their secrets", scopes=["admin"],
+                   ok={"200": _json({"type": "object", "properties": {"keys": {"type": "array", "items": {
+                       "type": "object"}}}}, "Keys")}, errors=(401, 403)),
+    },
+    "/v1/keys/{key_id}/revoke": {"post": _op(
+        "Revoke a stored key of the caller's tenant (effective within seconds)", scopes=["admin"],
+        params=[_path_id("key_id")], ok={"200": _json({"type": "object"}, "Revoked")}, errors=(401, 403, 404))},
     "/v1/capabilities": {"get": _op(
         "Capabilities: host.feedback (RFC 0056 §A)", scopes=None,
         ok={"200": _json({"type": "object", "properties": {"host": {"type": "object", "properties": {

@@ -11,13 +11,17 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from handraise.core.api import CreateRequestBody, Id, LinkBody, RequestView, Status, SubmitBody, parse_body
-from handraise.core.appkeys import ADMISSION, KEYRING, SERVICE, SETTINGS
+from handraise.core import wording
+from handraise.core.api import CreateRequestBody, Id, LinkBody, RequestView, Status, SubmitBody, iso, parse_body
+from handraise.core.appkeys import ADMISSION, KEYRING, PRIVATE, SERVICE, SETTINGS
 from handraise.core.canonical import canonical_json
 from handraise.core.cursors import MAX_CURSOR_CHARS
+from handraise.core.errors import NotDeliveredError
 from handraise.core.http.auth import Principal
 from handraise.core.http.input import parse_query, read_json
 from handraise.core.http.output import json_response, naming, resource_path
+from handraise.core.people import naming_refusal, require_person
+from handraise.core.personal import PrivateNote
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -162,7 +166,38 @@ async def mint_link(request: web.Request) -> web.StreamResponse:
     # answer: any request of the tenant. forward (never implied by ask): only the key's own requests.
     principal = await request.app[KEYRING].authorize(request, "answer", "forward")
     body = parse_body(LinkBody, await read_json(request) if request.can_read_body else {}, what="link request")
-    link = await request.app[SERVICE].mint_link(tenant_id=principal.tenant_id, request_id=request.match_info["id"],
-                                                principal=principal.name, recipient=body.recipient,
-                                                person=body.person, forward="answer" not in principal.scopes)
+    service, request_id = request.app[SERVICE], request.match_info["id"]
+    forward = "answer" not in principal.scopes
+    if body.person is not None:
+        require_person(request.app[SETTINGS], principal.tenant_id, body.person)  # 422 first: nothing journaled
+        # A link that answers as a person goes to that person's own key, or to their own channel; an
+        # agent's forward key never names anyone (DESIGN invariant 10).
+        refusal = naming_refusal(None if forward else principal.person, body.person)
+        if refusal is not None and (forward or not body.deliver):
+            await service.journal(tenant_id=principal.tenant_id, event="access_refused", request_id=request_id,
+                                  principal=principal.name, channel="api",
+                                  data={"reason": refusal.code, "route": "request_link", "for": f"person:{body.person}"})
+            raise refusal
+        if body.deliver:
+            return json_response(await deliver_link(request, principal, request_id, body.person), status=202)
+    link = await service.mint_link(tenant_id=principal.tenant_id, request_id=request_id, principal=principal.name,
+                                   recipient=body.recipient, person=body.person, forward=forward)
     return json_response(link.to_json(), status=201)
+
+
+async def deliver_link(request: web.Request, principal: Principal, request_id: str, person: str) -> dict[str, Any]:
+    """Mint a link that answers as ``person`` and send it to their own channel; it is never returned."""
+    service, private = request.app[SERVICE], request.app[PRIVATE]
+    channels = private.check(principal.tenant_id, person)
+    link = await service.mint_link(tenant_id=principal.tenant_id, request_id=request_id, principal=principal.name,
+                                   person=person, recipient=f"private:{person}")
+    view = await service.get(tenant_id=principal.tenant_id, request_id=request_id, with_deliveries=False)
+    question = wording.text("sensitive_question") if view.sensitive else view.message_for_user[:500]
+    note = PrivateNote(text=f"{question}\n\n{wording.text('link')}", url=link.url, button=wording.text("link_button"),
+                       title=wording.text("link_title"))
+    sent = await private.send(tenant_id=principal.tenant_id, person_id=person, note=note, channels=channels,
+                              principal=principal.name, about={"link_id": link.link_id}, request_id=request_id)
+    if sent is None:
+        raise NotDeliveredError(f"the link could not be sent to {person}: none of their channels "
+                                f"({', '.join(channels)}) took it; nothing usable was handed out")
+    return {"delivered_to": sent, "person": person, "expires_at": iso(link.expires_at)}

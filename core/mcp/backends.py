@@ -6,10 +6,10 @@ import asyncio
 from typing import Any, Protocol
 
 from handraise.client import ApiError, AsyncHandraise, Cancelled, Expired, HandraiseClientError
+from handraise.client.errors import error_from_reply
 from handraise.core.api import CreateRequestBody, LinkRecord, RequestRecord, RequestView, parse_body
 from handraise.core.errors import HandraiseError
 from handraise.core.http.auth import Principal
-from handraise.core.problems import joined
 from handraise.core.service import RequestService
 
 
@@ -32,10 +32,9 @@ class Backend(Protocol):
 
 
 def _tool_error(error: HandraiseError) -> ToolError:
-    # Every problem, so a model fixes them all in one go; but not twice what the message already says
-    # (an invalid_schema message is its first problem).
-    fields = joined(f for f in error.fields if joined([f]) not in error.message)
-    return ToolError(f"{error.code}: {error.message}" + (f" ({fields})" if fields else ""))
+    # In the words ClientBackend reads from the same refusal over HTTP (the error envelope, as the client
+    # tells it: every problem once), so a tool's error is the same through /mcp and ``handraise mcp``.
+    return ToolError(str(error_from_reply(error.status, error.to_json())))
 
 
 class ServiceBackend:
@@ -96,12 +95,9 @@ class ClientBackend:
 
     async def create(self, body: dict[str, Any]) -> RequestRecord:
         try:
-            return await self.client.create(
-                body["message_for_user"], schema=body.get("schema"), timeout=body["timeout_seconds"],
-                sensitive=body.get("sensitive", False), approval=body.get("kind") == "approval",
-                run_id=body.get("run_id"), channels=body.get("channels"), unique_id=body["unique_id"])
+            return await self.client.create_request(body)  # whole, as ServiceBackend hands it to the service
         except ApiError as e:
-            raise ToolError(f"Handraise refused the request: {e}") from None
+            raise ToolError(str(e)) from None
 
     async def settle(self, record: RequestRecord) -> RequestRecord:
         try:

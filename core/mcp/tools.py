@@ -39,7 +39,11 @@ _RUN_ID = {"type": "string", "minLength": 1, "maxLength": 200,
 _ANSWERED = {
     "status": {"const": "answered"},
     "request_id": {"type": "string"}, "unique_id": {"type": "string"},
-    "answered_by": {"type": ["string", "null"], "description": "who answered, e.g. operator:alice"},
+    "answered_by": {"type": ["string", "null"], "description": "who answered on their channel, e.g. "
+                                                                "telegram:4242 or person:alice"},
+    "answered_by_person": {"type": ["object", "null"], "description": "the proven person who decided, "
+                                                                      "{id, name}; null when nobody proven did",
+                           "properties": {"id": {"type": "string"}, "name": {"type": "string"}}},
     "answered_at": {"type": ["string", "null"], "format": "date-time"},
 }
 
@@ -212,8 +216,10 @@ def result(call: Call, record: RequestRecord) -> types.CallToolResult:
     if not record.has_response:
         return error_result(f"The request {record.unique_id!r} was answered, but its sensitive answer was "
                             "already handed over once and is deleted; ask again with a fresh unique_id.")
+    person = record.answered_by_person
     out: dict[str, Any] = {"status": "answered", "request_id": record.id, "unique_id": record.unique_id,
                            "answered_by": record.answered_by,
+                           "answered_by_person": person.model_dump() if person is not None else None,
                            "answered_at": record.answered_at.isoformat() if record.answered_at else None}
     if call.approval:
         answer = record.response if isinstance(record.response, dict) else {}
@@ -232,7 +238,8 @@ def result(call: Call, record: RequestRecord) -> types.CallToolResult:
         # Nobody answered: the request's on_timeout policy gave this result at the deadline.
         out["timed_out"] = True
         text = f"No human answered in time; on_timeout applied: {text}"
-    who = f" (by {record.answered_by})" if record.answered_by else ""
+    who = (f" (by {person.name}, {record.answered_by})" if person is not None
+           else f" (by {record.answered_by})" if record.answered_by else "")
     return types.CallToolResult(content=[types.TextContent(text=f"{text}{who}")], structured_content=out)
 
 

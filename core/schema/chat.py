@@ -106,7 +106,8 @@ def _to_integer(value: str) -> object:
             return int(value.split(".", 1)[0])
         except ValueError:  # more digits than Python converts
             return value
-    # "2.5" for an integer field: a number, so the validator says "whole number".
+    # "2.5" for an integer field: a number, so the validator says "whole number"; "1e300" one past 2**53 - 1,
+    # which the validator refuses as it does the same number sent as JSON.
     return _to_number(value)
 
 
@@ -119,6 +120,7 @@ def _to_number(value: str) -> object:
         number = float(value)
     except ValueError:
         return value
+    # Past the double range ("1e999") is no number JSON can carry: the text stays, so "Enter a number".
     return number if math.isfinite(number) else value
 
 

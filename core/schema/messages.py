@@ -17,6 +17,7 @@ import gettext
 from typing import Any
 
 from handraise.core.schema.shapes import choice_titles, is_date_range, labelled_choices, node_type
+from handraise.core.text import MAX_EXACT_INTEGER
 
 __all__ = ["ENGLISH", "PRIORITY", "code_digits", "number_text", "problem"]
 
@@ -30,7 +31,9 @@ PRIORITY = ("required", "type", "not_finite", "enum", "format", "pattern", "minL
 
 
 def number_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
+    """A bound as people read it: 3.0 as "3"; a float past the exact integers keeps its exponent (1e+300), never
+    three hundred digits."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_INTEGER:
         return str(int(value))
     return str(value)
 

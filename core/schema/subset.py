@@ -222,7 +222,9 @@ def _check_plain(schema: dict, problems: _Problems) -> None:
                 problems.at(path, problem)
         elif isinstance(item, float) and not math.isfinite(item):
             problems.at(path, "must be a finite number")
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_EXACT_INTEGER:
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) and abs(item) > MAX_EXACT_INTEGER:
+            # 1e300 as well as 2**53: the rule answers follow (core/schema/validation.py), so no bound or
+            # default can name a number no answer may be.
             problems.at(path, f"is too large to be exact in JSON (at most {MAX_EXACT_INTEGER} either way)")
         stack.extend(reversed(children))  # met in the schema's order
 

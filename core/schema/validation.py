@@ -150,7 +150,7 @@ def schema_errors(schema: dict, value: object, *, t: gettext.NullTranslations = 
     found: list[tuple[tuple[int, str], FieldError, bool]] = []
     unfit: dict[str, str] = {}
     bad_names: dict[str, str] = {}
-    # NaN, integers past 2**53 and text with control characters or lone surrogates have no place
+    # NaN, numbers past 2**53 - 1 and text with control characters or lone surrogates have no place
     # in an answer (jsonschema's multipleOf cannot even take NaN): each is reported here and
     # validated as null, whose errors are then dropped. The dicts hold messages.problem keywords.
     if _has_unfit(value):
@@ -219,7 +219,12 @@ def _unfit(item: object) -> str | None:
         unreadable = text_problem(item, prose=True)
         return _text_keyword(unreadable) if unreadable else None
     if isinstance(item, float):
-        return None if math.isfinite(item) else "not_finite"
+        if not math.isfinite(item):
+            return "not_finite"
+        # One rule for every number, however it is spelled (9007199254740992, 9007199254740992.0, 1e17, 1e300):
+        # beyond 2**53 - 1 a double no longer holds every integer, and canonical JSON would spell 1e17 as an
+        # integer it refuses.
+        return None if -MAX_EXACT_INTEGER <= item <= MAX_EXACT_INTEGER else "too_big"
     if isinstance(item, int) and not isinstance(item, bool) and not -MAX_EXACT_INTEGER <= item <= MAX_EXACT_INTEGER:
         return "too_big"
     return None

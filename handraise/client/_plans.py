@@ -54,6 +54,14 @@ def create_body(*, message: str, schema: Mapping[str, Any] | None, timeout: int,
     return raw
 
 
+def whole_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A create body as given, with a ``unique_id`` when it has none. Unchecked here: the server judges
+    every field (and knows fields a client older than it does not), so a refusal reads as the server says it."""
+    whole = dict(body)
+    whole.setdefault("unique_id", new_unique_id())
+    return whole
+
+
 class Plans:
     """Builds each operation's plan; ``Handraise`` and ``AsyncHandraise`` run them."""
 

@@ -18,6 +18,7 @@ from handraise.client._plans import (
     Plans,
     approval_message,
     create_body,
+    whole_body,
 )
 from handraise.client._protocol import RetryPolicy, Sleep
 from handraise.client._sse import SseDecoder
@@ -117,6 +118,12 @@ class AsyncHandraise:
             message=message, schema=schema, timeout=timeout, sensitive=sensitive,
             kind="approval" if approval else "input", run_id=run_id,
             channels=list(channels) if channels is not None else None, unique_id=unique_id)))
+
+    async def create_request(self, body: Mapping[str, Any]) -> RequestRecord:
+        """Create a request from a whole ``POST /v1/requests`` body (every field the API takes: ``on_timeout``,
+        ``assign_to``, ``approvals_required``, ``proposal``, ...) without waiting; idempotent on its
+        ``unique_id`` (generated when absent). The server checks it: ``InvalidRequest`` names each bad field."""
+        return await self._run(self._plans.create(whole_body(body)))
 
     async def wait(self, request_id: str) -> RequestRecord:
         """Wait until the request is answered (re-attaching after failures); raises ``Expired``/``Cancelled``."""

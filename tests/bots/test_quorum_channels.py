@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import OPERATOR_KEY, Api, base_config, running_app, settings_from
+from conftest import Api, base_config, running_app, settings_from
 
 from handraise.core.appkeys import BUS, DISPATCHER, SERVICE
 from handraise.core.events import REQUEST_VOTED
@@ -23,7 +23,7 @@ from tests.bots.contract_telegram import ALLOWED, TelegramDriver
 from tests.bots.matrix_helpers import relates
 from tests.bots.slack_helpers import ALICE as SLACK_ALICE
 from tests.webforms.test_http import fetch, post
-from tests.webforms.test_inbox_http import signed_in
+from tests.webforms.test_inbox_http import person_key, signed_in_as
 
 CHANNELS = ["telegram", "slack", "matrix"]
 
@@ -68,7 +68,7 @@ class Everywhere:
         return (await post(self.api, "/f/" + minted.token, [("decision", decision)])).status
 
     async def inbox_vote(self, request_id: str, decision: str) -> int:
-        async with signed_in(self.api, "dave", key=OPERATOR_KEY) as dave:
+        async with signed_in_as(self.api, "dave") as dave:
             await dave.get(f"/inbox/r/{request_id}")
             return (await dave.post(f"/inbox/r/{request_id}", {"decision": decision}))[0]
 
@@ -86,6 +86,7 @@ async def everywhere(storage_url: str, synapse: Any) -> AsyncIterator[Everywhere
             {"id": "carol", "name": "Carol"},
             {"id": "dave", "name": "Dave"},
         ]
+        config["tenants"][0]["keys"].append(person_key("dave"))  # Dave signs in to the inbox with his own key
         classes = [*tg.connector_classes(), *slack.connector_classes(), *mx.connector_classes(), WebFormsChannel]
         async with running_app(settings_from(config), connector_classes=classes) as api:
             for driver in (tg, slack, mx):
@@ -131,7 +132,7 @@ async def test_the_tally_is_edited_into_every_message_and_a_rejection_ends_it(st
         page = await fetch(at.api, "/f/" + (await at.api.app[SERVICE].mint_link(
             tenant_id="acme", request_id=request["id"], principal="telegram:bot", for_principal="person:carol")).token)
         assert "1 of 3 approved: Alice" in page.text
-        async with signed_in(at.api, "dave", key=OPERATOR_KEY) as dave:
+        async with signed_in_as(at.api, "dave") as dave:
             assert "1 of 3 approved: Alice" in (await dave.get(f"/inbox/r/{request['id']}"))[1]
 
         # Alice again, now on Slack: one person, one vote.

@@ -244,6 +244,36 @@ def test_the_same_unique_id_with_another_body_is_a_conflict(agent: Handraise) ->
     assert caught.value.code == "not_pending"
 
 
+PROPOSAL_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+# Fields create() has no argument for: create_request sends them as given.
+WHOLE_BODY = {"message_for_user": "Run it?", "kind": "approval", "timeout_seconds": 60, "on_timeout": "reject",
+              "proposal": {"command": "make deploy"}, "proposal_schema": PROPOSAL_SCHEMA}
+
+
+def test_create_request_sends_a_whole_body_and_the_server_judges_it(agent: Handraise) -> None:
+    record = agent.create_request(WHOLE_BODY)
+    assert record.unique_id.startswith("hr-") and record.status == "pending"  # a unique_id when it has none
+    assert (record.on_timeout, record.proposal, record.proposal_schema) == ("reject", {"command": "make deploy"},
+                                                                            PROPOSAL_SCHEMA)
+    again = agent.create_request({**WHOLE_BODY, "unique_id": record.unique_id})
+    assert again.id == record.id  # idempotent on its unique_id
+    with pytest.raises(InvalidRequest) as caught:
+        agent.create_request({**WHOLE_BODY, "on_timeout": {"default": "yes"}})
+    assert caught.value.status == 422 and caught.value.fields[0]["field"] == "on_timeout"
+    agent.cancel(record.id)
+
+
+async def test_async_create_request_is_the_same_call(live_server: LiveServer) -> None:
+    async with AsyncHandraise(live_server.url, AGENT_KEY) as hr:
+        uid = new_unique_id("whole")
+        record = await hr.create_request({**WHOLE_BODY, "unique_id": uid})
+        assert record.unique_id == uid and record.on_timeout == "reject" and record.proposal == WHOLE_BODY["proposal"]
+        with pytest.raises(InvalidRequest) as caught:
+            await hr.create_request({**WHOLE_BODY, "unique_id": "", "surprise": 1})
+        assert {f["field"] for f in caught.value.fields} == {"unique_id", "surprise"}
+        await hr.cancel(record.id)
+
+
 def test_operator_tools_submit_mint_link_and_their_errors(agent: Handraise, operator: Handraise,
                                                           live_server: LiveServer) -> None:
     uid = new_unique_id("test")

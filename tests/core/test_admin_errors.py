@@ -221,12 +221,12 @@ def test_missing_extra_for_an_enabled_connector(tmp_path: Path) -> None:
 
 
 def test_keys_create_mistakes(tmp_path: Path) -> None:
-    assert "--scopes must be among" in one_line(handraise(tmp_path, "keys", "create", "--scopes", "root"))
+    assert "--scopes: must be among" in one_line(handraise(tmp_path, "keys", "create", "--scopes", "root"))
     assert "an ask key can never answer" in one_line(handraise(tmp_path, "keys", "create", "--scopes", "ask,answer"))
     assert "--tenant 'nope' is not configured" in one_line(
         handraise(tmp_path, "keys", "create", "--tenant", "nope", "--scopes", "ask"))
     assert handraise(tmp_path, "keys", "create", "--scopes", "ask", "--id", "a").returncode == 0
-    assert "--id 'a': a stored key has this id already" in one_line(
+    assert "a key with id 'a' exists already" in one_line(
         handraise(tmp_path, "keys", "create", "--scopes", "read", "--id", "a"))
     path = write(tmp_path, '[[tenants]]\nid = "one"\n[[tenants]]\nid = "two"\n')
     assert "--tenant: name the tenant, several are configured (one, two)" in one_line(

@@ -18,7 +18,7 @@ from conftest import (
     settings_from,
     web_app,
 )
-from handraise.core.config import hash_key
+from handraise.core.scopes import hash_key
 from handraise.core.http.auth import UNKNOWN_KEY_RELOAD
 from handraise.core.appkeys import SERVICE, STORE
 

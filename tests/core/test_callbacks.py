@@ -17,9 +17,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from conftest import OTHER_AGENT_KEY, Api, base_config, running_app, settings_from
 from harness.receiver import Receiver, receiver  # noqa: F401  (the fixture)
 
-from handraise.core import callbacks
+from handraise.core import addresses, callbacks
 from handraise.core.appkeys import DELIVERIES, DISPATCHER, SERVICE
-from handraise.core.callbacks import CallbackHttp, PublicOnlyResolver
+from handraise.core.api import RequestView
+from handraise.core.callbacks import CallbackHttp
 from handraise.core.config import CallbackSettings, Settings
 from handraise.core.errors import ConnectorError
 from handraise.core.signedpost import (
@@ -190,62 +191,87 @@ async def test_no_second_post_across_a_restart(tmp_path: Path, receiver: Receive
     assert [h.json["request"]["id"] for h in receiver.hits[first_run:]] == [pending["id"], done["id"]]
 
 
-# -- DNS rebinding: the connection itself reaches public addresses only ---------------------------
+# -- the address rule, and DNS rebinding: an attempt connects where its own check looked ----------
 
 
-class Names(AbstractResolver):
-    """A resolver answering from a table (what a hostile DNS server would say at connect time)."""
+@pytest.mark.parametrize("ipv4", ["127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+                                  "0.0.0.0", "224.0.0.1", "240.0.0.1", "255.255.255.255", "93.184.215.14", "8.8.8.8"])
+def test_an_ipv4_address_inside_ipv6_is_judged_as_itself(ipv4: str) -> None:
+    plain = ipaddress.IPv4Address(ipv4)
+    packed = int(plain)
+    spellings = [f"::ffff:{ipv4}", f"::{ipv4}", f"64:ff9b::{ipv4}",
+                 str(ipaddress.IPv6Address((0x2002 << 112) | (packed << 80) | 1))]
+    for spelling in spellings:
+        wrapped = ipaddress.IPv6Address(spelling)
+        assert addresses.embedded_ipv4(wrapped) == plain, spelling
+        assert addresses.is_public(wrapped) == addresses.is_public(plain), spelling
+    assert addresses.is_public(plain) == (ipv4 in ("93.184.215.14", "8.8.8.8"))
 
-    def __init__(self, names: dict[str, list[str]]) -> None:
-        self.names = names
+
+class ScriptedDns(AbstractResolver):
+    """A hostile DNS server: each lookup gets the next answer of its script, the last one for ever after."""
+
+    def __init__(self, *answers: list[str]) -> None:
+        self.answers = list(answers)
         self.asked: list[str] = []
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
                       ) -> list[ResolveResult]:
         self.asked.append(host)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         return [ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET6 if ":" in a else socket.AF_INET,
-                              proto=0, flags=socket.AI_NUMERICHOST) for a in self.names[host]]
+                              proto=0, flags=socket.AI_NUMERICHOST) for a in answer]
 
     async def close(self) -> None:
         pass
 
 
-async def test_the_callback_resolver_keeps_public_addresses_only() -> None:
-    resolver = PublicOnlyResolver(Names({
-        "loopback.test": ["127.0.0.1"], "private.test": ["10.1.2.3", "192.168.1.9"], "mapped.test": ["::ffff:127.0.0.1"],
-        "metadata.test": ["169.254.169.254"], "mixed.test": ["10.1.2.3", "93.184.215.14"], "public.test": ["2606:4700::1"],
-    }))
-    for host in ("loopback.test", "private.test", "mapped.test", "metadata.test"):
-        with pytest.raises(OSError, match="resolves to no public address"):
-            await resolver.resolve(host, 443)
-    assert [r["host"] for r in await resolver.resolve("mixed.test", 443)] == ["93.184.215.14"]
-    assert [r["host"] for r in await resolver.resolve("public.test", 443)] == ["2606:4700::1"]
+_ANSWERED = RequestView(id="req_1", tenant_id="acme", unique_id="u", status="answered", message_for_user="m",
+                        schema=None, kind="input", sensitive=False, run_id=None, channels=[], created_at=1.0,
+                        expires_at=61.0, created_by="agent-1", response="x", resolved_by="op-1",
+                        resolved_channel="api", resolved_at=2.0)
 
 
-async def test_a_name_rebound_to_a_private_address_after_the_check_reaches_nothing(
-        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_name_rebound_to_loopback_after_the_check_cannot_steer_the_post(receiver: Receiver) -> None:
     port = receiver.url().split(":")[-1].split("/")[0]
-    url = f"https://rebind.test:{port}/cb"
-    # The check's lookup says public; the connection's lookup says loopback (the rebinding trick).
-    checked: list[str] = []
-
-    async def public_at_check(host: str, port: int) -> list[Any]:
-        checked.append(host)
-        return [ipaddress.ip_address("93.184.215.14")]
-
-    monkeypatch.setattr(callbacks, "_addresses", public_at_check)
-    not_allowed = CallbackSettings(secret=SECRET)
-    assert await callbacks.url_problem(url, not_allowed) is None and checked == ["rebind.test"]
-    names = Names({"rebind.test": ["127.0.0.1"]})
+    # The check's lookup says public; any later lookup says loopback, where the receiver listens.
+    dns = ScriptedDns(["93.184.215.14"], ["127.0.0.1"])
     async with aiohttp.ClientSession() as shared:
-        http = CallbackHttp(shared, resolver=names)
-        signed = {"event": RESOLVED, "delivery_id": "req_1:callback", "request": {"id": "req_1"}}
-        with pytest.raises(ConnectorError, match="ClientConnector"):
-            await post_signed(http.session_for(url, not_allowed), url=url, secret=SECRET, payload=signed,
-                              timeout=5, log=logging.getLogger("test"))
-        assert names.asked == ["rebind.test"] and receiver.hits == []
-        # A host the tenant allows goes through the shared session, private addresses and all.
-        allowed = CallbackSettings(secret=SECRET, allow_hosts=["rebind.test"])
-        assert http.session_for(url, allowed) is shared
-        assert http.session_for(url, not_allowed) is http.session_for(url, not_allowed) is not shared
-        await http.close()
+        with pytest.raises(ConnectorError) as failed:
+            await callbacks.send(CallbackHttp(shared, resolver=dns), view=_ANSWERED, url=f"https://rebind.test:{port}/cb",
+                                 settings=CallbackSettings(secret=SECRET), log=logging.getLogger("test"))
+    assert dns.asked == ["rebind.test"]  # one lookup, judged; the connection asked nobody
+    assert receiver.hits == []
+    # It went for the address that was checked (which this test machine will not leave loopback for).
+    cause = failed.value.__cause__
+    assert isinstance(cause, aiohttp.ClientConnectorError) and "'93.184.215.14'" in str(cause.os_error)
+    assert not failed.value.permanent  # a network failure: retried, to the address its next check finds
+
+
+async def test_every_address_of_the_lookup_is_judged(receiver: Receiver) -> None:
+    dns = ScriptedDns(["93.184.215.14", "::ffff:127.0.0.1"])
+    async with aiohttp.ClientSession() as shared:
+        with pytest.raises(ConnectorError, match="loopback, private or reserved") as failed:
+            await callbacks.send(CallbackHttp(shared, resolver=dns), view=_ANSWERED, url="https://mixed.test/cb",
+                                 settings=CallbackSettings(secret=SECRET), log=logging.getLogger("test"))
+    assert failed.value.permanent and receiver.hits == []
+
+
+async def test_an_attempt_connects_to_its_checked_address_under_the_urls_name(receiver: Receiver) -> None:
+    port = int(receiver.url().split(":")[-1].split("/")[0])
+    dns = ScriptedDns(["93.184.215.14"])
+    checked = ResolveResult(hostname="pinned.test", host="127.0.0.1", port=port, family=socket.AF_INET, proto=0,
+                            flags=socket.AI_NUMERICHOST)
+    async with aiohttp.ClientSession() as shared:
+        http = CallbackHttp(shared, resolver=dns)
+        async with http.session_to(callbacks.Destination(addresses=[checked])) as pinned:
+            assert pinned is not shared
+            signed = {"event": RESOLVED, "delivery_id": "req_1:callback", "request": {"id": "req_1"}}
+            assert await post_signed(pinned, url=f"http://pinned.test:{port}/cb", secret=SECRET, payload=signed,
+                                     timeout=5, log=logging.getLogger("test")) == 200
+        assert pinned.closed  # one attempt, one session: nothing pooled carries over to the next
+        # A host the tenant allows (allow_hosts) goes through the shared session, looked up as usual.
+        async with http.session_to(callbacks.Destination(addresses=None)) as allowed:
+            assert allowed is shared
+    [hit] = receiver.hits
+    assert hit.headers["Host"] == f"pinned.test:{port}" and dns.asked == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import sqlite3
 from collections.abc import AsyncIterator
@@ -74,7 +75,8 @@ async def test_a_healthy_deployment_passes_every_check(tmp_path: Path) -> None:
         findings = await doctor.run(settings)
     assert all(f.ok for f in findings), [f.line() for f in findings]
     subjects = by_subject(findings)
-    assert {"config", "store", "telegram", "slack", "public_url", "tenant acme", "tenant globex"} <= set(subjects)
+    assert {"config", "store", "telegram", "slack", "public_url", "server secret", "tenant acme",
+            "tenant globex"} <= set(subjects)
     assert "migrated to" in subjects["store"][0].message
     assert [c.method for c in tg.calls_of("getMe")] and tg.calls_of("getChat")[0].params["chat_id"] == -100123
     assert not tg.calls_of("sendMessage") and not slack.calls_of("chat.postMessage")  # doctor changes nothing
@@ -153,6 +155,61 @@ async def test_postgresql_migrated_unreachable_and_behind(pg_url: str, tmp_path:
             await conn.close()
         findings = await doctor.run(settings_for(pg_url, base))
     assert "is at migration 0001" in only_failure(findings, "store")
+
+
+# -- the server secret -------------------------------------------------------------------
+
+
+async def test_a_secret_beside_the_database_or_readable_by_others_is_a_warning_with_its_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    data = tmp_path / "data"
+    data.mkdir()
+    db, old = data / "h.db", data / "handraise.secret"
+    old.write_text(secrets.token_hex(32) + "\n")  # where an earlier version made it, as umask 022 left it
+    old.chmod(0o644)
+    target = tmp_path / "config" / "handraise" / "server-secret"
+    async with served(f"sqlite:///{db}") as base:  # starts on that secret and records its fingerprint
+        config = (f'[server]\npublic_url = "{base}"\n[storage]\nurl = "sqlite:///{db}"\n'
+                  '[[tenants]]\nid = "t"\n[[tenants.keys]]\nid = "a"\nkey = "agent-key-0123456789"\nscopes = ["ask"]\n'
+                  '[[tenants.keys]]\nid = "o"\nkey = "operator-key-0123456789"\nscopes = ["answer"]\n')
+        code, lines, err = await asyncio.to_thread(_doctor_cli, tmp_path, config, monkeypatch, capsys)
+        assert code == 0, lines  # the deployment works: warnings do not fail the report
+        assert [line for line in lines if not line.startswith("ok  ")] == [
+            f"WARN  server secret: {old} sits beside the database: whoever copies that folder can check guesses "
+            f"of sensitive answers against their digests; move it: mkdir -p -m 700 {target.parent} && mv {old} "
+            f"{target}",
+            f"WARN  server secret: {old} is readable by group or others (mode 0644); chmod 600 {old}"]
+        assert "every check passed; 2 warning(s): each WARN line says what to change" in err
+        # As the lines say: the same secret, now in a 0700 folder of its own, 0600.
+        target.parent.mkdir(mode=0o700, parents=True)
+        old.rename(target)
+        target.chmod(0o600)
+        code, lines, err = await asyncio.to_thread(_doctor_cli, tmp_path, config, monkeypatch, capsys)
+    assert code == 0 and all(line.startswith("ok  ") for line in lines), lines
+    assert f"ok    server secret: {target} (mode 0600, apart from the database)" in lines
+    assert "warning" not in err
+    async with served(f"sqlite:///{db}"):  # the database's recorded fingerprint accepts the moved secret
+        pass
+
+
+def test_the_secret_findings_for_each_place_it_may_live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("HANDRAISE_SECURITY__SECRET", raising=False)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    fresh = doctor.check_secret(settings_for(url, "http://127.0.0.1:1"))
+    assert [f.line() for f in fresh] == [f"ok    server secret: {tmp_path / 'config' / 'handraise' / 'server-secret'} "
+                                         "does not exist yet; handraise serve creates it (0600)"]
+    inline = doctor.check_secret(settings_for(url, "http://127.0.0.1:1", security={"secret": "ab" * 32}))
+    assert [f.line() for f in inline] == ["ok    server secret: given by [security] secret"]
+    beside = tmp_path / "my-secret"  # chosen by the operator, yet beside the database all the same
+    beside.write_text("ab" * 32 + "\n")
+    beside.chmod(0o600)
+    chosen = doctor.check_secret(settings_for(url, "http://127.0.0.1:1", security={"secret_file": str(beside)}))
+    assert [f.line() for f in chosen] == [
+        f"WARN  server secret: {beside} sits beside the database: whoever copies that folder can check guesses of "
+        "sensitive answers against their digests; move it to a folder of its own and set [security] secret_file to it"]
+    assert not (tmp_path / "config").exists()  # doctor created nothing
 
 
 # -- public_url ------------------------------------------------------------------------

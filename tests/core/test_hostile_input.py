@@ -1,4 +1,5 @@
-"""Malformed input gets its documented 4xx, never a 500, on both stores (issue 11, items 2, 8 and 12).
+"""Malformed input gets its documented 4xx, never a 500, on both stores (issue 11, items 2, 8 and 12; issue 29's
+cases are in test_hostile_callbacks.py and test_hostile_forms.py).
 
 Each case here was a 500 (or a stored oddity on SQLite and a 500 on PostgreSQL):
 integers past 2**53, JSON nested 10,000 deep, lone surrogates, NUL and other control
@@ -22,6 +23,7 @@ from tests.core.test_observability import _scrape as scrape
 from tests.core.test_observability import _value as metric
 from tests.core.test_observability import logged_app
 from tests.webforms.test_inbox_http import PUBLIC, signed_in
+
 
 BIG = 2**53  # one past the largest integer JSON keeps exact
 RUN_ANNOTATIONS = "/v1/runs/run-1/annotations"

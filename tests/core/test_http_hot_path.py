@@ -18,7 +18,7 @@ from aiohttp import web
 from conftest import AGENT_KEY, OPERATOR_KEY, Api
 from handraise.core.appkeys import DISPATCHER, KEYRING, STORE
 from handraise.core.canonical import _spelled_alike, canonical_json
-from handraise.core.commands.access import hash_key
+from handraise.core.scopes import hash_key
 from handraise.core.errors import BadRequestError, InvalidSchemaError
 from handraise.core.events import Event, EventBus
 from handraise.core.http import input as http_input

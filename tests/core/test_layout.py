@@ -19,9 +19,9 @@ CORE = ROOT / "core"
 # annotations only, do not count).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.split())) for name, units in (
     # Words and rules everything uses: errors, text, canonical JSON, configuration (with the escalation
-    # schedule it checks), the tables' shape.
-    ("basics", "errors text canonical jsontext problems i18n cursors attempts backoff redaction config serversecret "
-               "sealing people names models schedule"),
+    # schedule it checks), the tables' shape, which network addresses may be called.
+    ("basics", "errors text canonical jsontext problems i18n cursors attempts backoff redaction scopes config "
+               "serversecret sealing people names models schedule addresses"),
     # The form-schema subset, and the answer policies built on it (the deadline, proposals).
     ("schema", "schema timeouts proposals"),
     # Storage: the store and its migrations.
@@ -33,10 +33,11 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(units.sp
     ("shapes", "api wording signedpost events appkeys logs defaults"),
     # The lifecycle: requests, annotations, runs, the inbox's access, the HITL protocol, callbacks, metrics,
     # escalation on the clock, quorum votes, the views held for the call that comes next.
-    ("lifecycle", "service held links sweeper annotations runs inbox hitl callbacks metrics escalation quorum"),
+    ("lifecycle", "service held links sweeper annotations runs inbox hitl callbacks metrics escalation quorum "
+                  "apikeys"),
     # Reaching humans: channels, connectors, the dispatcher (its recovery pass, what a bounce sets off),
     # the shared chat-answer path, its outcomes and rating buttons.
-    ("delivery", "channels connectors dispatch recovery bounces chat outcomes ratings"),
+    ("delivery", "channels connectors personal dispatch recovery bounces chat outcomes ratings"),
     # How agents and operators reach the service: the HTTP API and MCP.
     ("interfaces", "http mcp"),
     # The app factory that wires it all.

@@ -26,7 +26,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from handraise.client import AsyncHandraise
-from handraise.core.appkeys import BUS
+from handraise.core.appkeys import BUS, SERVICE
+from handraise.core.config import PersonSettings
 
 INTERVAL = 0.3
 
@@ -107,6 +108,28 @@ async def next_event(sub: Any, kind: str, object_id: str | None = None) -> Any:
 
 
 # -- over HTTP ---------------------------------------------------------------------------------
+
+
+async def test_http_results_name_the_person_who_decided(tmp_path: Path) -> None:
+    people = [{"id": "alice", "name": "Alice Aldridge", "telegram": 101}]
+    async with mcp_app(tmp_path) as api, http_session(api) as session:
+        service = api.app[SERVICE]  # Alice is listed, and taps Approve in Telegram
+        service.settings.tenants[0].people = [PersonSettings(**p) for p in people]
+        human = InProcessHuman(api)
+
+        async def alice_taps(request: dict[str, Any]) -> Any:
+            return await service.submit(tenant_id="acme", request_id=request["id"], channel="telegram",
+                                        response={"decision": "approve"}, principal="telegram:101")
+
+        async with human.on_created(alice_taps):
+            result = await session.call_tool("request_approval", {"action": "Wire 50k"})
+        assert not result.is_error, result
+        assert result.structured_content["answered_by"] == "telegram:101"
+        assert result.structured_content["answered_by_person"] == {"id": "alice", "name": "Alice Aldridge"}
+        assert result.content[0].text == "Approved (by Alice Aldridge, telegram:101)"
+        async with human.answer("blue"):
+            result = await session.call_tool("ask_human", {"question": "Colour?", "timeout_seconds": 60})
+        assert result.structured_content["answered_by_person"] is None  # op-1 is bound to nobody
 
 
 async def test_http_lists_the_three_tools_with_precise_schemas(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_the_same_identity_in_two_tenants_is_two_people(tmp_path: Path) -> None:
     ("slack:T0TEAM/U0ALICE", "alice"),
     ("matrix:@alice:hs.example", "alice"),
     ("email:ALICE@example.ORG", "alice"),
-    ("operator:alice", "alice"),  # an inbox session or answer key named like her
+    ("person:alice", "alice"),  # her own key, her sign-in, a link sent to her own channel
+    ("operator:alice", None),  # a key or inbox session merely named like her is nobody
     ("person:bob", "bob"),
     ("telegram:77", "bob"),
     ("telegram:6666", None),
@@ -103,7 +104,7 @@ def test_references_expand_to_people_and_report_the_unknown(tmp_path: Path) -> N
 
 def test_names_people_read_are_the_persons_whatever_the_channel(tmp_path: Path) -> None:
     settings = people_settings(tmp_path)
-    for principal in ("telegram:4242", "slack:T1/U0ALICE", "email:alice@example.org", "operator:alice"):
+    for principal in ("telegram:4242", "slack:T1/U0ALICE", "email:alice@example.org", "person:alice"):
         assert display_name(settings, "acme", principal) == "Alice Example"
     assert display_name(settings, "acme", "telegram:77") == "bob"  # no name configured: the id
     assert display_name(settings, "globex", "telegram:4242") == "Gus"

@@ -23,14 +23,15 @@ PEOPLE = [
     {"id": "carol", "name": "Carol", "groups": ["oncall", "leads"]},
     {"id": "dave", "name": "Dave", "groups": ["leads"]},
 ]
-# Answer keys named like people act as them (operator:alice is Alice), as an inbox session does.
+# Each person's own answer key, bound to them: it acts as person:<id>, and only as them.
 KEYS = {p["id"]: f"{p['id']}-answer-key-0123456789" for p in PEOPLE}
 
 
 def quorum_config(storage_url: str) -> dict[str, Any]:
     config = base_config(storage_url)
     config["tenants"][0]["people"] = PEOPLE
-    config["tenants"][0]["keys"] += [{"id": pid, "key": key, "scopes": ["answer", "read"]} for pid, key in KEYS.items()]
+    config["tenants"][0]["keys"] += [{"id": f"{pid}-key", "key": key, "scopes": ["answer", "read"], "person": pid}
+                                     for pid, key in KEYS.items()]
     return config
 
 
@@ -70,9 +71,9 @@ async def test_two_distinct_people_approve_and_the_result_lists_them(qapi: Api) 
     response = done["response"]
     assert response["decision"] == "approve"
     assert [(v["person"], v["principal"], v["channel"]) for v in response["votes"]] == [
-        ("alice", "operator:alice", "api"), ("bob", "operator:bob", "api")]
+        ("alice", "person:alice", "api"), ("bob", "person:bob", "api")]
     assert all(v["at"].endswith("Z") for v in response["votes"])
-    assert done["answered_by"] == "operator:bob"
+    assert done["answered_by"] == "person:bob"
     events = [e["event"] for e in await _journal(qapi, req["id"])]
     assert events == ["created", "voted", "voted", "answered"]
     assert await qapi.app[SERVICE].store.verify_journal() == []  # the chain and the requests table agree

@@ -198,6 +198,13 @@ def test_redaction_is_idempotent():
     assert once.count(REDACTED) == 4
 
 
+def test_passwords_in_words_and_cards_are_redacted_once():
+    for text in ["my password is hunter2.", 'the pass is "Winter2026!"', "pass Winter2026!", "pw: letmein",
+                 "card 4111 1111 1111 1111 exp 12/28", "my pin is 4821"]:
+        once = redact(text)
+        assert REDACTED in once and redact(once) == once, once
+
+
 def test_redact_value_recurses_and_keeps_other_types():
     value = {
         "note": f"use {AWS_ID}",
@@ -254,6 +261,16 @@ def test_huge_and_weird_input_is_fast():
         "sk-" * (size // 3),
         "=" * size,
         " ".join(chunks),
+        # The password and card rules: their words and digits over and over, and long gaps after a word.
+        "my password is " * (size // 15),
+        "pass x1y2z3w4\n" * (size // 14),
+        ("\n" + " " * 8 + "pass ") * (size // 14),
+        "pw:" * (size // 3),
+        "password" + " " * size + "is x",
+        "4" * size,
+        "4111 " * (size // 5),
+        "4111-111111-" * (size // 12),
+        "1234 5678 9012 3452 " * (size // 20),
     ]
     for text in adversarial:
         started = time.monotonic()

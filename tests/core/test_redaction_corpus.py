@@ -41,6 +41,27 @@ def _uuid() -> str:
     return str(uuid.UUID(int=_RNG.getrandbits(128), version=4))
 
 
+def _luhn_complete(partial: str) -> str:
+    """``partial`` and the check digit that makes it pass the Luhn check."""
+    total = 0
+    for i, c in enumerate(reversed(partial)):
+        d = int(c) * (2 if i % 2 == 0 else 1)
+        total += d - 9 if d > 9 else d
+    return partial + str((10 - total % 10) % 10)
+
+
+def _card(prefix: str, length: int) -> str:
+    return _luhn_complete(prefix + "".join(_RNG.choice(string.digits) for _ in range(length - len(prefix) - 1)))
+
+
+def _grouped(number: str, sizes: tuple[int, ...], sep: str) -> str:
+    parts, at = [], 0
+    for size in sizes:
+        parts.append(number[at:at + size])
+        at += size
+    return sep.join(parts)
+
+
 # -- what must stay (ordinary text of every kind lives here, not in test_redaction.py) -------------
 
 _PROSE = [
@@ -224,7 +245,87 @@ _CODE = [
     "en-US, de-DE, sk-SK, fr-FR",
 ]
 
-_NON_SECRETS = _PROSE + _CODE
+# Sentences next to the password and card rules (core/redaction.py): the same words, not a password; digits
+# of the same length, not a card. Each number here that passes the Luhn check is named so in its comment.
+_NEAR_PASSWORDS = [
+    "I passed the exam on the second try.",
+    "Could you pass the salt, please?",
+    "The password policy changed last month: 14 characters minimum.",
+    "My passport expires in March 2027.",
+    "The compass points north-east.",
+    "The password is incorrect.",
+    "The password is too short; use at least 12 characters.",
+    "My password is not working since the update.",
+    "Your password is case-sensitive.",
+    "The password was changed yesterday by the admin.",
+    "The password is 8-12 characters long.",
+    "The password is required.",
+    "My password is in the vault, ask Ada.",
+    "The password is the same as before",
+    "What is the password?",
+    "Password reset",
+    "Password expired? Use the reset link.",
+    "Passwords must be rotated every 90 days.",
+    "pass the ball to the left wing",
+    "All 120 tests pass on arm64.",
+    "pass: 120, fail: 0, skipped: 3",
+    "PASS: 1200 FAIL: 3",
+    "pass: 12ms",
+    "first_pass: done",
+    "bypass: enabled",
+    "compass=north",
+    "The boarding pass is valid until Friday.",
+    "The pass is free for students.",
+    "The mountain pass is closed for the winter.",
+    "We pass 2 arguments to the function.",
+    "You shall not pass!",
+    "She took a pass on the offer.",
+    "Run pwd to see which folder you are in.",
+    "pwd\n/home/ada/projects",
+    "pwd /home/ada",
+    "pass show email/work",
+    "pass -c github.com",
+    "The pw field is empty.",
+    "The password is \"\" when the account is new, we fixed that.",
+    "pass: \"yes\"",
+]
+_L = _luhn_complete  # the numbers built with it pass the Luhn check, so only another rule keeps them
+_NOT_CARDS = [
+    "Order 4532015112830367 shipped today.",  # 16 digits, Luhn fails
+    "Order number 4532 0151 1283 0367, please check.",  # grouped, Luhn fails
+    f"created_at: {_L('173332123456')}",  # epoch ms
+    f"ts={_L('173332123456789')} us",  # epoch µs
+    f"The event happened at {_L('173332123456712345')} ns.",  # epoch ns
+    f"build {_L('2026120114300012')} finished",  # a date-time stamp
+    "ISBN 978-3-16-148410-0",
+    f"ISBN-13: {_L('978316148410')}",  # an ISBN-13 prefix
+    f"EAN {_L('979030640615')}",
+    "Call +49 30 1234567 or +1 (555) 010-9999.",
+    f"Call +{_L('491511234567')} tomorrow.",  # E.164, after "+"
+    f"phone: 00{_L('4915112345')}",  # international prefix 00
+    "0049 151 12345678",
+    "Amazon order 112-1234567-1234567",
+    f"order id ORD-{_L('453201511283036')}",  # glued to an id's prefix
+    f"req_{_L('453201511283036')}",  # glued to an identifier
+    "UPS 1Z999AA10123456784",
+    "USPS 9400111899223344556677",  # 22 digits: no card is that long
+    "FedEx 771234567890",  # 12 digits: no card is that short
+    f"Please pay to DE89 {_grouped(_L('37040044053201300'), (4, 4, 4, 4, 2), ' ')} by Friday.",  # an IBAN
+    "IBAN GB29NWBK60161331926819",
+    "FR76 3000 6000 0112 3456 7890 189",
+    "1234 5678 9012 3456 7890",  # 20 digits in groups
+    "Amount: 1,234,567,890,123.45 EUR",
+    "pi is 3.1415926535897932384626",
+    f"0.{_L('411111111111111')}",  # a decimal fraction
+    "Room 4111, floor 11, desk 1111.",
+    "Reference 0000 0000 0000 0000",  # starts with 0
+    "The largest safe integer is 9007199254740991.",
+]
+# Each of the numbers above built with _L would go if it stood alone in the text.
+_KEPT_THOUGH_LUHN_VALID = [_L("173332123456"), _L("978316148410"), _L("491511234567"), _L("453201511283036"),
+                           _L("411111111111111"), "0000000000000000"]
+
+_NON_SECRETS = _PROSE + _CODE + _NEAR_PASSWORDS + _NOT_CARDS
 # Identifiers: UUIDs, git commit hashes in commit messages, digests Handraise writes itself.
 _NON_SECRETS += [f"request {_uuid()} was answered" for _ in range(12)]
 _NON_SECRETS += [f"req_{_uuid()}" for _ in range(4)]
@@ -342,6 +443,60 @@ _PAIRS = [
     ("postgres://app:s3cret@db.internal:5432/app", "s3cret"),
     ("https://admin:letmein@example.com/admin", "letmein"),
 ]
+# Passwords and codes said in words, as people write them in a chat reply or a note.
+_PAIRS += [
+    ("my password is hunter2", "hunter2"),
+    ("My password is swordfish", "swordfish"),
+    ("my password is swordfish.", "swordfish"),
+    ("my password is hunter2, and the user is ada", "hunter2"),
+    ("The wifi password is \"correct horse\"", "correct horse"),
+    ("the password is: Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("the password is now Summer2025!", "Summer2025!"),
+    ("my password's Kettle-77", "Kettle-77"),
+    ("Password is 90817263", "90817263"),
+    ("passwd is qwerty123", "qwerty123"),
+    ("passwd=Sommer2024", "Sommer2024"),
+    ("my pw is s3cret-pw", "s3cret-pw"),
+    ("my pw is letmein", "letmein"),
+    ("pw: letmein", "letmein"),
+    ("PW=Blue-Falcon-42", "Blue-Falcon-42"),
+    ("the pass is Winter2026!", "Winter2026!"),
+    ("The pass was `Hx7!kq2`", "Hx7!kq2"),
+    ("pass Winter2026!", "Winter2026!"),
+    ("PASS: Winter2026!", "Winter2026!"),
+    ("db_pass=Winter2026!", "Winter2026!"),
+    ("login details:\nuser ada\npass Winter2026!\n", "Winter2026!"),
+    ("my pass Sn0wdrop#1", "Sn0wdrop#1"),
+    ("pwd x7k9m2q", "x7k9m2q"),
+    ("pwd: hunter2", "hunter2"),
+    ("password: xq", "xq"),
+    ("password Winter2026!", "Winter2026!"),
+    ("hi, my pin is 4821", "4821"),
+    ("the otp is 551098", "551098"),
+    ("The verification code was 90 81 72", "90 81 72"),
+]
+
+
+# Card numbers as issued (Visa, Mastercard old and new ranges, Amex, Diners, Discover, JCB, UnionPay, Mir) and
+# as printed: whole, in fours with spaces or dashes, Amex 4-6-5, Diners 4-6-4.
+CARDS = [
+    "4111111111111111", "5555555555554444", "4012888888881881",
+    _card("4", 16), _card("4", 13), _card("4", 19), _card("51", 16), _card("55", 16), _card("2221", 16),
+    _card("2720", 16), _card("6011", 16), _card("65", 16), _card("3528", 16), _card("62", 19), _card("2200", 16),
+    _card("1", 16),  # a card number need not start as a timestamp's does: in groups it is judged as a card
+]
+_AMEX = [_card("34", 15), _card("37", 15), "378282246310005"]
+_DINERS = [_card("36", 14), "30569309025904"]
+_CARD_TEXTS = [number for number in CARDS if not number.startswith("1")]
+_CARD_TEXTS += [_grouped(number, (4, 4, 4, 4, 3)[:len(number) // 4 + (len(number) % 4 > 0)], sep)
+                for number in CARDS for sep in (" ", "-")]
+_CARD_TEXTS += [_grouped(number, (4, 6, 5), sep) for number in _AMEX for sep in (" ", "-")] + _AMEX
+_CARD_TEXTS += [_grouped(number, (4, 6, 4), sep) for number in _DINERS for sep in (" ", "-")] + _DINERS
+_CARD_CONTEXTS = ["{}", "card: {}", "My card number is {} exp 12/28", "Pay with {}.", "Use {} for the refund, thanks",
+                  "{{\"card\": \"{}\"}}"]
+_CARDS_IN_CONTEXT = [(_CARD_CONTEXTS[i % len(_CARD_CONTEXTS)].format(card), card) for i, card in enumerate(_CARD_TEXTS)]
+_PAIRS += _CARDS_IN_CONTEXT
+
 _SECRETS += [text for text, _ in _PAIRS]
 _PAIR_VALUES = dict(_PAIRS)
 
@@ -377,7 +532,36 @@ def test_no_miss(text):
         assert value not in out.replace(REDACTED, ""), out
 
 
+def _luhn(number: str) -> bool:
+    return _luhn_complete(number[:-1]) == number
+
+
+def test_the_card_corpus_is_what_it_claims():
+    assert len(_CARD_TEXTS) >= 60, len(_CARD_TEXTS)
+    for text in _CARD_TEXTS:
+        digits = text.replace(" ", "").replace("-", "")
+        assert 13 <= len(digits) <= 19 and _luhn(digits), text
+    # The numbers kept on purpose that pass the Luhn check: another rule keeps them, not luck.
+    assert all(_luhn(number) for number in _KEPT_THOUGH_LUHN_VALID)
+    assert not _luhn("4532015112830367") and not _luhn("4532015112830367"[:16])
+    assert redact("4532015112830366") == REDACTED  # the order id's digits alone would go
+
+
+@pytest.mark.parametrize("card", _CARD_TEXTS)
+def test_a_card_number_that_fails_luhn_stays(card):
+    # The same number with its last digit changed is an order or a reference number, not a card.
+    wrong = card[:-1] + str((int(card[-1]) + 1) % 10)
+    for context in ("{}", "Order {} shipped.", "ref: {}"):
+        text = context.format(wrong)
+        assert redact(text) == text
+
+
 def test_the_text_around_a_secret_stays():
+    assert redact("I paid with 4111 1111 1111 1111 yesterday.") == f"I paid with {REDACTED} yesterday."
+    assert redact("my password is hunter2, and the user is ada") == f"my password is {REDACTED}, and the user is ada"
+    assert redact("user ada\npass Winter2026!\nthanks") == f"user ada\npass {REDACTED}\nthanks"
+    assert redact('the wifi password is "correct horse" (ask Ada)') == (
+        f'the wifi password is "{REDACTED}" (ask Ada)')
     assert redact(f"please use {CANARY} now") == f"please use {REDACTED} now"
     assert redact("Your verification code: 482 913, valid 5 minutes") == (
         f"Your verification code: {REDACTED}, valid 5 minutes")

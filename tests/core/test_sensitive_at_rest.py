@@ -15,6 +15,7 @@ import pytest
 from conftest import AGENT_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, running_app, settings_from
 from handraise.core.appkeys import SERVICE, STORE
 from handraise.core.sealing import Sealer
+from handraise.core.serversecret import default_secret_path
 
 OTP = "480137"
 
@@ -150,6 +151,8 @@ async def test_the_digest_matches_no_sha256_in_the_sqlite_files(tmp_path: Path) 
     for path in tmp_path.iterdir():
         data = path.read_bytes()
         assert unsalted not in data and OTP.encode() not in data, path.name
-    secret_file = tmp_path / "handraise.secret"
+    # The key to those digests is not among the database's files: it lives in the user's config folder.
+    assert not [path for path in tmp_path.iterdir() if "secret" in path.name]
+    secret_file = default_secret_path()
     assert secret_file.stat().st_mode & 0o777 == 0o600
     assert re.fullmatch(r"[0-9a-f]{64}\n", secret_file.read_text())

@@ -65,10 +65,13 @@ def valid(kind: str, instance: Any) -> None:
 CALLBACK_SECRET = "hitl-callback-secret-0123456789"
 
 
-def _app(storage_url: str, *, people: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
+def _app(storage_url: str, *, people: list[dict[str, Any]] | None = None, operator_is: str | None = None,
+         **kwargs: Any) -> Any:
     config = base_config(storage_url)
     if people:
         config["tenants"][0]["people"] = people
+    if operator_is is not None:  # the operator's key (op-1) is bound to that person
+        config["tenants"][0]["keys"][1]["person"] = operator_is
     config["tenants"][0]["callbacks"] = {"secret": CALLBACK_SECRET, "allow_hosts": ["127.0.0.1"]}
     config["tenants"][0]["keys"].append({"id": "agent-fwd", "key": FORWARD_KEY, "scopes": ["ask", "forward"]})
     return web_app(settings_from(config), **kwargs)
@@ -294,8 +297,8 @@ async def test_polling_is_conditional_and_suggests_an_interval(hitl_api: Api) ->
 
 
 async def test_the_respondent_is_named_as_the_tenants_people_list_names_them(tmp_path: Path) -> None:
-    people = [{"id": "op-1", "name": "Ada Lovelace", "email": "ada@example.org"}]
-    async with _app(f"sqlite:///{tmp_path / 'p.db'}", people=people) as api:
+    people = [{"id": "ada", "name": "Ada Lovelace", "email": "ada@example.org"}]
+    async with _app(f"sqlite:///{tmp_path / 'p.db'}", people=people, operator_is="ada") as api:
         hitl = await create(api, {"type": "approval", "prompt": "Deploy?"})
         assert (await answer(api, hitl["case_id"], {"decision": "approve"}))[0] == 200
         done = await poll(api, hitl["case_id"])

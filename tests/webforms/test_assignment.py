@@ -15,7 +15,7 @@ from conftest import OPERATOR_KEY, OTHER_AGENT_KEY, Api, base_config, settings_f
 from handraise.core.appkeys import SERVICE
 
 from .test_http import fetch, mint, post
-from .test_inbox_http import signed_in
+from .test_inbox_http import person_key, signed_in, signed_in_as
 
 ALICE = {"id": "alice", "name": "Alice Example", "telegram": 4242, "groups": ["oncall"]}
 BOB = {"id": "bob", "name": "Bob Builder", "telegram": 77, "groups": ["oncall"]}
@@ -27,8 +27,10 @@ GUS = {"id": "gus", "name": "Gus"}
 async def people_app(tmp_path: Path, *, globex_people: bool = True) -> AsyncIterator[Api]:
     config = base_config(f"sqlite:///{tmp_path / 'assign.db'}")
     config["tenants"][0]["people"] = [ALICE, BOB, CAROL]
+    config["tenants"][0]["keys"] += [person_key(p["id"]) for p in (ALICE, BOB, CAROL)]
     if globex_people:
         config["tenants"][1]["people"] = [GUS]
+        config["tenants"][1]["keys"].append(person_key("gus"))
     async with web_app(settings_from(config)) as api:
         yield api
 
@@ -132,7 +134,12 @@ async def test_form_links_of_people_not_assigned_are_refused(tmp_path: Path) -> 
         assert answered["data"]["person"] == "bob"
 
 
-async def _person_link(api: Api, request_id: str, body: Any, *, key: str = OPERATOR_KEY) -> tuple[int, Any]:
+async def _person_link(api: Api, request_id: str, body: Any, *, key: str | None = None) -> tuple[int, Any]:
+    """Mint a link for ``body["person"]`` with that person's own key (a link that names a person is
+    handed only to them); with the operator's key when the body names nobody of the tenant."""
+    person = body.get("person") if isinstance(body, dict) else None
+    if key is None:
+        key = person_key(person)["key"] if person in ("alice", "bob", "carol") else OPERATOR_KEY
     return await api.call("POST", f"/v1/requests/{request_id}/links", key=key, json=body)
 
 
@@ -180,8 +187,12 @@ async def test_another_tenants_operator_mints_nothing_for_this_tenants_request(t
 
     async with people_app(tmp_path) as api:
         created = await api.create(approval(assign_to=["alice"]))
-        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=OTHER_OPERATOR_KEY)
+        # gus's own key, of globex: acme's request is not there for it.
+        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=person_key("gus")["key"])
         assert status == 404 and data["error"] == "not_found"
+        # globex's operator, bound to nobody, names nobody at all.
+        status, data = await _person_link(api, created["id"], {"person": "gus"}, key=OTHER_OPERATOR_KEY)
+        assert status == 403 and data["error"] == "person_not_bound"
 
 
 async def test_an_escalated_person_may_be_sent_a_link_once_their_step_is_reached(tmp_path: Path) -> None:
@@ -227,19 +238,19 @@ async def test_inbox_sessions_answer_as_their_person(tmp_path: Path) -> None:
     async with people_app(tmp_path) as api:
         created = await api.create(approval(assign_to=["bob"], on_behalf_of="alice"))
         path = f"/inbox/r/{created['id']}"
-        async with signed_in(api, "carol") as carol:
+        async with signed_in_as(api, "carol") as carol:
             status, text, _ = await carol.get(path)
             assert status == 200 and "assigned to" in text and 'name="decision"' not in text
             status, text, _ = await carol.post(path, {"decision": "approve"})
             assert status == 403 and "assigned to other people" in text
-        async with signed_in(api, "bob") as bob:
+        async with signed_in_as(api, "bob") as bob:
             status, text, _ = await bob.get(path)
             assert 'name="decision"' in text
             status, _, headers = await bob.post(path, {"decision": "approve"})
             assert status == 303, text
         done = await api.wait(created["id"])
-        assert (done["status"], done["answered_by"], done["answered_via"]) == ("answered", "operator:bob", "inbox")
-        async with signed_in(api, "bob") as bob:
+        assert (done["status"], done["answered_by"], done["answered_via"]) == ("answered", "person:bob", "inbox")
+        async with signed_in_as(api, "bob") as bob:
             status, text, _ = await bob.get(path)
             assert "Approved by Bob Builder" in text  # his name, not his sign-in name
 
@@ -253,7 +264,7 @@ async def test_the_inbox_lists_only_what_the_session_may_answer(tmp_path: Path) 
         open_to_all = await api.create(approval())
         for name, expected in (("bob", [open_to_all, oncall, bobs]), ("alice", [open_to_all, oncall]),
                                ("carol", [open_to_all]), ("ops", [open_to_all])):
-            async with signed_in(api, name) as browser:
+            async with (signed_in(api, name) if name == "ops" else signed_in_as(api, name)) as browser:
                 status, body, _ = await browser.get("/inbox/api/pending")
                 assert status == 200
                 assert [c["id"] for c in json.loads(body)["requests"]] == [r["id"] for r in expected], name
@@ -270,12 +281,12 @@ async def test_four_eyes_in_the_inbox(tmp_path: Path) -> None:
     async with people_app(tmp_path) as api:
         created = await api.create(approval(on_behalf_of="alice"))
         path = f"/inbox/r/{created['id']}"
-        async with signed_in(api, "alice") as alice:
+        async with signed_in_as(api, "alice") as alice:
             status, text, _ = await alice.get(path)
             assert status == 200
             status, text, _ = await alice.post(path, {"decision": "approve"})
             assert status == 403 and "on your behalf" in text
             assert (await api.call("GET", f"/v1/requests/{created['id']}"))[1]["status"] == "pending"
-        async with signed_in(api, "carol") as carol:
+        async with signed_in_as(api, "carol") as carol:
             assert (await carol.post(path, {"decision": "approve"}))[0] == 303
-        assert (await api.wait(created["id"]))["answered_by"] == "operator:carol"
+        assert (await api.wait(created["id"]))["answered_by"] == "person:carol"

@@ -28,6 +28,7 @@ from harness.browser import screenshot
 from harness.fixtures import browser, page  # noqa: F401  (registers the fixtures)
 from tests.bots.contract import Posted
 from tests.bots.contract_telegram import TelegramDriver
+from tests.webforms.test_inbox_http import person_key
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -50,8 +51,12 @@ class Inbox:
             assert resp.status == 201, await resp.text()
             return await resp.json()
 
-    async def signin_url(self, name: str = "Alice", key: str = OPERATOR_KEY) -> str:
-        async with self.http.post(f"{self.base}/v1/inbox/links", json={"name": name},
+    async def signin_url(self, name: str = "Alice", key: str = OPERATOR_KEY, *, person: str | None = None) -> str:
+        """An operator's sign-in (``name``), or one of the tenant's people's, minted by their own key."""
+        if person is not None:
+            key = person_key(person)["key"]
+        async with self.http.post(f"{self.base}/v1/inbox/links",
+                                  json={"person": person} if person is not None else {"name": name},
                                   headers={"Authorization": f"Bearer {key}"}) as resp:
             assert resp.status == 201, await resp.text()
             return self.base + (await resp.json())["url"][len(PUBLIC):]
@@ -75,8 +80,12 @@ async def inbox(tmp_path: Path, *, connectors: list[Any] | None = None,
     config = base_config(f"sqlite:///{tmp_path / 'inbox.db'}", server={"public_url": PUBLIC}, **(extra or {}))
     if people is not None:
         config["tenants"][0]["people"] = people
-    config["tenants"][0]["name"] = "Acme Ops"
-    config["tenants"][0]["keys"][0]["name"] = "Deploy bot"
+    # Each person signs in through a link their own key mints (a link naming a person goes only to them).
+    config["tenants"] = [dict(t) for t in config["tenants"]]  # PEOPLE's tenants are shared by every test
+    acme = config["tenants"][0]
+    acme["keys"] = [*acme["keys"], *(person_key(p["id"]) for p in acme.get("people", []))]
+    acme["name"] = "Acme Ops"
+    acme["keys"][0] = {**acme["keys"][0], "name": "Deploy bot"}
     app = await create_app(settings_from(config), connector_classes=[WebFormsChannel, *(connectors or [])])
     # A page's live stream stays open until the browser goes: stop as handraise serve does (5 s grace),
     # not after aiohttp's default 60.
@@ -101,8 +110,8 @@ def watch(page: Any) -> list[str]:
     return problems
 
 
-async def sign_in(page: Any, hosted: Inbox, name: str = "Alice") -> None:
-    await page.goto(await hosted.signin_url(name))
+async def sign_in(page: Any, hosted: Inbox, name: str = "Alice", *, person: str | None = None) -> None:
+    await page.goto(await hosted.signin_url(name, person=person))
     await page.get_by_role("button", name="Sign in").click()
     await page.wait_for_url(f"{hosted.base}/inbox")
     await page.wait_for_function("window.handraiseInbox !== undefined")
@@ -333,7 +342,7 @@ PEOPLE = {"tenants": [{**base_config("sqlite://")["tenants"][0],
 async def test_a_live_list_adds_no_card_for_a_request_assigned_to_others(tmp_path: Path, page: Any) -> None:
     async with inbox(tmp_path, extra=PEOPLE) as hosted:
         problems = watch(page)
-        await sign_in(page, hosted, "alice")
+        await sign_in(page, hosted, person="alice")
         async with page.expect_response(lambda r: "/inbox/api/requests/" in r.url) as fetched:
             bobs = await hosted.ask(kind="approval", assign_to=["bob"])
         response = await fetched.value
@@ -348,7 +357,7 @@ async def test_a_live_list_adds_no_card_for_a_request_assigned_to_others(tmp_pat
 async def test_an_escalation_step_adds_the_card_for_the_people_it_reaches(tmp_path: Path, page: Any) -> None:
     async with inbox(tmp_path, extra=PEOPLE) as hosted:
         problems = watch(page)
-        await sign_in(page, hosted, "bob")
+        await sign_in(page, hosted, person="bob")
         async with page.expect_response(lambda r: "/inbox/api/requests/" in r.url) as fetched:
             req = await hosted.ask(kind="approval", timeout_seconds=600, assign_to=["alice"],
                                    escalation=[{"after_seconds": 60, "to": ["bob"]}])

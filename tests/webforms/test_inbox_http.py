@@ -78,11 +78,20 @@ class Browser:
         assert status == 200
 
 
-async def mint(api: Api, name: str = "Alice", *, key: str = OPERATOR_KEY) -> str:
-    status, body = await api.call("POST", "/v1/inbox/links", json={"name": name}, key=key)
+async def mint(api: Api, name: str = "Alice", *, key: str = OPERATOR_KEY, person: str | None = None) -> str:
+    """A sign-in link for an operator ``name``, or (``person``) for one of the tenant's people, minted with
+    ``key``, which must then be bound to that person (``person_key``)."""
+    status, body = await api.call("POST", "/v1/inbox/links", key=key,
+                                  json={"person": person} if person is not None else {"name": name})
     assert status == 201, body
-    assert body["url"].startswith(f"{PUBLIC}/inbox/signin/") and body["name"] == name
+    assert body["url"].startswith(f"{PUBLIC}/inbox/signin/") and (person is not None or body["name"] == name)
     return body["url"]
+
+
+def person_key(person: str) -> dict[str, Any]:
+    """A config key bound to ``person`` (answer, read): it mints sign-ins that act as them."""
+    return {"id": f"{person}-own", "key": f"{person}-own-key-0123456789", "scopes": ["answer", "read"],
+            "person": person}
 
 
 async def ask(api: Api, *, key: str = AGENT_KEY, **body: Any) -> dict[str, Any]:
@@ -95,6 +104,17 @@ async def signed_in(api: Api, name: str = "Alice", *, key: str = OPERATOR_KEY) -
     browser = Browser(api)
     try:
         await browser.sign_in(await mint(api, name, key=key))
+        yield browser
+    finally:
+        await browser.close()
+
+
+@contextlib.asynccontextmanager
+async def signed_in_as(api: Api, person: str) -> AsyncIterator[Browser]:
+    """Signed in as one of the tenant's people, through a link their own key minted (``person_key``)."""
+    browser = Browser(api)
+    try:
+        await browser.sign_in(await mint(api, key=person_key(person)["key"], person=person))
         yield browser
     finally:
         await browser.close()

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from conftest import OPERATOR_KEY, Api, base_config, settings_from, web_app
+from conftest import Api, base_config, settings_from, web_app
 from handraise.core.appkeys import SERVICE
 
 from .test_http import fetch, post
-from .test_inbox_http import signed_in
+from .test_inbox_http import person_key, signed_in_as
 
 PEOPLE = [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}, {"id": "dave", "name": "Dave"}]
 PROPOSAL = {"proposal": {"replicas": 3}, "proposal_schema": {
@@ -23,6 +23,7 @@ PROPOSAL = {"proposal": {"replicas": 3}, "proposal_schema": {
 async def api(sqlite_url: str) -> AsyncIterator[Api]:
     config = base_config(sqlite_url)
     config["tenants"][0]["people"] = PEOPLE
+    config["tenants"][0]["keys"] += [person_key(p["id"]) for p in PEOPLE]
     async with web_app(settings_from(config)) as a:
         yield a
 
@@ -50,13 +51,13 @@ async def test_the_form_shows_the_tally_counts_a_vote_and_the_inbox_refuses_a_se
     assert page.status == 200 and "your vote was counted" in page.text.lower()
     assert "1 of 2 approved: Alice. Still expected: Bob, Dave." in page.text
     assert (await fetch(api, alices)).status == 410  # a personal link works once
-    async with signed_in(api, "alice", key=OPERATOR_KEY) as alice:  # Alice again, in the inbox
+    async with signed_in_as(api, "alice") as alice:  # Alice again, in the inbox
         path = f"/inbox/r/{request['id']}"
         status, html, _ = await alice.get(path)
         assert "1 of 2 approved: Alice" in html and "approves it as proposed" in html
         status, html, _ = await alice.post(path, {"decision": "reject"})
         assert status == 403 and "You voted already" in html
-    async with signed_in(api, "dave", key=OPERATOR_KEY) as dave:
+    async with signed_in_as(api, "dave") as dave:
         assert (await dave.get(path))[0] == 200  # the page holds the form's CSRF token
         status, _, _ = await dave.post(path, {"decision": "approve"})
         assert status == 303

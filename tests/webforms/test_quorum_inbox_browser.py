@@ -20,7 +20,7 @@ PEOPLE = [{"id": "alice", "name": "Alice"}, {"id": "bob", "name": "Bob"}, {"id":
 async def test_the_card_shows_the_tally_and_a_vote_elsewhere_edits_it_live(tmp_path: Path, page: Any) -> None:
     async with inbox(tmp_path, people=PEOPLE) as hosted:
         problems = watch(page)
-        await sign_in(page, hosted, name="dave")
+        await sign_in(page, hosted, person="dave")
         request = await hosted.ask(kind="approval", message_for_user="Deploy v3?", approvals_required=2)
         await card_appears(page, request["id"])
         tally = page.locator(f'li.card[data-id="{request["id"]}"] .tally')

@@ -43,6 +43,7 @@ from handraise.core.names import display_name
 from handraise.core.schema import FieldError
 from handraise.core.people import expand, names
 from handraise.webforms.csrf import origin_allowed
+from handraise.webforms.formbody import read_form
 from handraise.webforms.inbox.session import (
     COOKIE,
     CSRF_HEADER,
@@ -141,13 +142,9 @@ class Inbox:
         if not origin_allowed(request.headers.get("Origin"), public_url=self.settings.server.public_url,
                               host=request.host):
             raise ForbiddenError("posted from another site")
-        limit = self.settings.server.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BadRequestError("the form is too large")
-        try:
-            form = await request.post()
-        except (ValueError, LookupError, AssertionError, web.HTTPRequestEntityTooLarge):
-            raise BadRequestError("the form could not be read") from None
+        # The hosted form's reader: 413 past the limit, 400 for a form that cannot be read or is not UTF-8 (in the
+        # error envelope), before the CSRF token is looked at.
+        form = await read_form(request, limit=self.settings.server.max_body_bytes)
         presented = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
         if not csrf_matches(await self.signing_key.get(), session.id, presented):
             log.info("inbox post refused: missing or wrong CSRF token", extra={"session_id": session.id})
