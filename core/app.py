@@ -56,7 +56,7 @@ from handraise.core.http import requests as request_routes
 from handraise.core.http.admission import WriteAdmission
 from handraise.core.http import runs as run_routes
 from handraise.core.http.auth import Keyring
-from handraise.core.http.middleware import api_middleware, error_middleware, forbid_storing
+from handraise.core.http.middleware import api_middleware, error_middleware, every_response, forbid_storing
 from handraise.core.inbox import InboxAccess
 from handraise.core.mcp import http as mcp_http
 from handraise.core.metrics import Metrics
@@ -84,6 +84,7 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app = web.Application(middlewares=[api_middleware(admission)],
                           client_max_size=settings.server.max_body_bytes)
     app.on_response_prepare.append(forbid_storing)
+    app.on_response_prepare.append(every_response)
     app[ADMISSION] = admission
     instance_id = instance_id or secrets.token_hex(6)
     store = Store(url=settings.storage.url, secret=_server_secret(settings), pool_size=settings.storage.pool_size,
@@ -150,9 +151,18 @@ async def create_app(settings: Settings, *, connector_classes: list[type[Channel
     app.cleanup_ctx.append(_listener_ctx)
     app.cleanup_ctx.append(_sweeper_ctx)
     app.cleanup_ctx.append(_channels_ctx)
+    app.on_shutdown.append(_end_long_calls)
     # Last: MCP sessions stop before the connectors, the service and the store they use.
     mcp_http.setup(app)
     return app
+
+
+async def _end_long_calls(app: web.Application) -> None:
+    """``on_shutdown`` (SIGTERM), before aiohttp waits ``shutdown_timeout`` for its handlers, so none holds
+    the stop: a wait answers the request as it stands (the agent re-attaches with wait), a blocking call is
+    a 503 to make again, and an event stream ends (its client resumes with ``Last-Event-ID``)."""
+    app[SERVICE].stop_waits()
+    app[BUS].close()
 
 
 def _mount(app: web.Application, channel: Channel[Any], settings: Settings) -> None:

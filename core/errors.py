@@ -39,6 +39,7 @@ wire as ``details.fields: [{"field", "message"}]``.
     │   ├── RateLimitedError (429 rate_limited)
     │   ├── OverloadedError (503 overloaded)          too many writes in flight
     │   └── UnavailableError (503 unavailable)        the store does not answer
+    │       └── ShuttingDownError (503 unavailable)   this instance is stopping: call again
     ├── CapabilityNotProvidedError (501 capability_not_provided)
     ├── NotDeliveredError (502 not_delivered)        no channel of a person took a private note
     └── ProviderUnavailableError (502 provider_unavailable)  the identity provider did not answer
@@ -296,6 +297,11 @@ class UnavailableError(RetryLaterError):
 
     code = "unavailable"
     status = 503
+
+
+class ShuttingDownError(UnavailableError):
+    """This instance is stopping (SIGTERM): a blocking call ends unanswered, nothing is lost; the same call
+    again re-attaches, on another instance or on this one once it is back."""
 
 
 class OverloadedError(RetryLaterError):

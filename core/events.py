@@ -62,6 +62,8 @@ class Subscription:
     run_id: str | None
     queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(maxsize=1000))
     dropped: int = 0
+    # Set at shutdown: a consumer that wakes finds it set and ends its stream (see EventBus.close).
+    closed: bool = False
 
     def matches(self, ev: Event) -> bool:
         if self.tenant_id is not None and ev.tenant_id != self.tenant_id:
@@ -77,6 +79,14 @@ class Subscription:
             self.dropped += 1
         self.queue.put_nowait(ev)
 
+    def close(self) -> None:
+        self.closed = True
+        self.offer(_CLOSING)  # wakes a consumer parked on the queue; it reads ``closed``, never this event
+
+
+# What a closed subscription's consumer wakes to; never published.
+_CLOSING = Event("bus.closing", "", "", {})
+
 
 class EventBus:
     def __init__(self, *, instance_id: str) -> None:
@@ -87,6 +97,7 @@ class EventBus:
         self._listeners: list[Callable[[Event], Awaitable[None] | None]] = []
         # Listeners that read the data of other instances' events (the others act on them by id alone).
         self._remote_data_listeners = 0
+        self._closed = False
 
     def register_loader(self, event_type: str, loader: Loader) -> None:
         self._loaders[event_type] = loader
@@ -120,6 +131,8 @@ class EventBus:
     def subscribe(self, *, tenant_id: str | None, types: set[str] | None = None,
                   run_id: str | None = None) -> Any:
         sub = Subscription(tenant_id, frozenset(types) if types else None, run_id)
+        if self._closed:
+            sub.close()
         self._subs.add(sub)
         try:
             yield sub
@@ -129,7 +142,18 @@ class EventBus:
     async def stream(self, **filters: Any) -> AsyncIterator[Event]:
         with self.subscribe(**filters) as sub:
             while True:
-                yield await sub.queue.get()
+                ev = await sub.queue.get()
+                if sub.closed:
+                    return
+                yield ev
+
+    def close(self) -> None:
+        """At shutdown: every subscription ends, and any made later is ended at once. An event stream
+        answers its end and closes cleanly; its client resumes with ``Last-Event-ID`` (here once back, or
+        on another instance) and misses nothing."""
+        self._closed = True
+        for sub in self._subs:
+            sub.close()
 
     async def load(self, event_type: str, tenant_id: str, object_id: str) -> dict[str, Any] | None:
         """An event's data rebuilt from the store (None: no loader, or the object is gone)."""

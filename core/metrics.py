@@ -27,6 +27,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # instance and a few ms across instances: buckets from 0.1 ms to 1 s.
 _WAKE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _HTTP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0)
+# The HTTP method label: these by name, any other token a client sends as "other", and a request aiohttp's
+# parser refused as "unparsed". No label takes a client's words, so the series stay few.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+_OTHER, _UNPARSED = "other", "unparsed"
 
 
 class Metrics:
@@ -50,9 +54,10 @@ class Metrics:
                                   "(sent, retry, failed, withdrawn)", ["channel", "outcome"], registry=r)
         self.annotations = Counter("handraise_annotations", "Run annotations recorded, by signal kind",
                                    ["kind"], registry=r)
-        self.http_requests = Counter("handraise_http_requests", "HTTP requests served, by method and status",
+        self.http_requests = Counter("handraise_http_requests", "HTTP requests served, by method (GET ... "
+                                     "TRACE, other, unparsed: refused by the HTTP parser) and status",
                                      ["method", "status"], registry=r)
-        self._http_series: dict[tuple[str, int], Any] = {}
+        self._http_series: dict[tuple[str | None, int], Any] = {}
         self.http_duration = Histogram("handraise_http_request_duration_seconds", "HTTP request durations "
                                        "(long-polls and event streams included)", registry=r, buckets=_HTTP_BUCKETS)
         waiting = Gauge("handraise_agents_waiting", "Agent calls waiting for an answer on this instance",
@@ -107,11 +112,15 @@ class Metrics:
     def on_shed(self, reason: str) -> None:
         self.writes_shed.labels(reason).inc()
 
-    def on_http(self, method: str, status: int, seconds: float) -> None:
+    def on_http(self, method: str | None, status: int, seconds: float) -> None:
+        """Count a request; ``method`` None: one aiohttp's parser refused (the access log's stand-in)."""
         # Every request comes here: its series looked up once per (method, status).
         series = self._http_series.get((method, status))
         if series is None:
-            series = self._http_series[(method, status)] = self.http_requests.labels(method, str(status))
+            label = _UNPARSED if method is None else method if method in _METHODS else _OTHER
+            series = self.http_requests.labels(label, str(status))
+            if method is None or method in _METHODS:  # a client's own token is not kept as a key either
+                self._http_series[(method, status)] = series
         series.inc()
         self.http_duration.observe(seconds)
 

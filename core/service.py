@@ -38,6 +38,7 @@ from handraise.core.errors import (
     NotAssignedError,
     NotFoundError,
     NotPendingError,
+    ShuttingDownError,
     UniqueIdReusedError,
     ValidationFailedError,
 )
@@ -74,6 +75,7 @@ class RequestService(Sweeping, LinkDoors):
         self.bus = bus
         self.clock = clock
         self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self.stopping = False  # set by stop_waits() at shutdown
         self._purges: set[asyncio.Task[None]] = set()
         self._sealer: Sealer | None = None
         self._cursors: CursorSigner | None = None
@@ -308,7 +310,7 @@ class RequestService(Sweeping, LinkDoors):
                                                                                   request_id=request_id)
             deadline = self.clock() + max(0.0, timeout)
             waited = False
-            while not view.terminal:
+            while not view.terminal and not self.stopping:
                 now = self.clock()
                 remaining = deadline - now
                 if remaining <= 0:
@@ -338,6 +340,20 @@ class RequestService(Sweeping, LinkDoors):
             waiters.discard(fut)
             if not waiters and self._waiters.get(request_id) is waiters:
                 del self._waiters[request_id]
+
+    async def until_terminal(self, *, tenant_id: str, view: RequestView) -> RequestView:
+        """The request once terminal (the blocking call, MCP tools); ``ShuttingDownError`` if the server stops."""
+        while not view.terminal:
+            if self.stopping:
+                raise ShuttingDownError("the server is shutting down; make the same call again to re-attach")
+            remaining = view.expires_at - self.clock()
+            view = await self.wait(tenant_id=tenant_id, request_id=view.id, timeout=max(remaining, 0) + 1)
+        return view
+
+    def stop_waits(self) -> None:
+        """At shutdown: every wait, now or later, returns the request as it stands (the agent waits again)."""
+        self.stopping = True
+        self.wake_all()
 
     @property
     def waiting(self) -> int:

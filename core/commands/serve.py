@@ -91,7 +91,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from handraise.core.appkeys import INBOX, KEYRING, STORE
 
         app = await create_app(settings)
-        runner = web.AppRunner(app, access_log_class=AccessLog, shutdown_timeout=5)
+        # shutdown_timeout bounds what an ordinary request may still take after SIGTERM; long-polls and event
+        # streams are ended at once by the app's on_shutdown, so they do not wait for it.
+        runner = web.AppRunner(app, access_log_class=AccessLog.serving(app), shutdown_timeout=5)
         try:
             await runner.setup()  # runs the cleanup contexts' start: store, listener, sweeper, connectors
             await web.SockSite(runner, sock).start()

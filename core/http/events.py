@@ -46,7 +46,8 @@ def _frame(ev: Event) -> bytes:
 async def serve_stream(request: web.Request, *, tenant_id: str, types: set[str] | None = None,
                        run_id: str | None = None, after: int | None = None,
                        headers: dict[str, str] | None = None) -> web.StreamResponse:
-    """Stream the tenant's events to this request until the client goes; the operator inbox uses it too."""
+    """Stream the tenant's events to this request until the client goes or the server stops; the operator
+    inbox uses it too."""
     bus, store = request.app[BUS], request.app[STORE]
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no",
@@ -71,6 +72,8 @@ async def serve_stream(request: web.Request, *, tenant_id: str, types: set[str] 
             except TimeoutError:
                 await response.write(b": keepalive\n\n")
                 continue
+            if sub.closed:  # the server is stopping: end the stream (the client resumes with Last-Event-ID)
+                return response
             if ev.seq in replayed:
                 continue  # committed while the journal was read: sent from there already
             await response.write(_frame(ev))

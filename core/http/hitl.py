@@ -119,8 +119,10 @@ async def review_events(request: web.Request) -> web.StreamResponse:
             wake_at = loop.time() + min(KEEPALIVE_SECONDS, max(view.expires_at - service.clock(), 0.0) + 0.05)
             try:
                 while (await asyncio.wait_for(sub.queue.get(), timeout=max(wake_at - loop.time(), 0.0))
-                       ).object_id != view.id:
+                       ).object_id != view.id and not sub.closed:
                     pass
             except TimeoutError:
                 await response.write(b": keepalive\n\n")
+            if sub.closed:  # the server is stopping: end the stream (the client polls or reconnects)
+                return response
             view, _ = await cases.get(tenant_id=tenant_id, case_id=case_id)

@@ -4,7 +4,7 @@ It also refuses a malformed request line or key header before any handler sees i
 (``core/http/input.py``), so no handler meets a NUL in a path or a key that is not text; and, on the
 main application, admits each bounded write (``core/http/admission.py``) in the same await, so a
 request passes one middleware rather than a stack of them. ``forbid_storing`` beside it is the one place
-that says which responses no cache may keep.
+that says which responses no cache may keep; ``every_response`` the headers every response carries.
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from handraise.core.errors import (
+    BadRequestError,
     HandraiseError,
     MethodNotAllowedError,
     NotFoundError,
     OverloadedError,
     RetryLaterError,
+    ShuttingDownError,
     UnauthorizedError,
     error_body,
 )
@@ -28,7 +31,7 @@ from handraise.core.http.input import read_json, refuse_malformed
 from handraise.core.http.output import json_response
 from handraise.core.logs import mask_tokens
 
-__all__ = ["api_middleware", "error_middleware", "error_response", "forbid_storing", "read_json"]
+__all__ = ["api_middleware", "error_middleware", "error_response", "every_response", "forbid_storing", "read_json"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,19 @@ _TENANT_PREFIXES = ("/v1/", "/api/", "/mcp")
 # Under /v1 but the same for every caller and without a key: a discovery document, left cacheable like
 # /.well-known/openwop, which carries the same feedback block.
 _PUBLIC = frozenset({"/v1/capabilities"})
+# The response a handler prepared itself (an event stream): what the client got, should it go away mid-way.
+_PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey("prepared")
+# nginx's word for a client that closed the connection before any response was sent: for the access line
+# and the HTTP metrics, as nothing reaches the client.
+CLIENT_CLOSED = 499
+
+
+async def every_response(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: what every response says, however written (JSON, pages, event streams, the
+    MCP SDK's): ``nosniff``, so a browser never reads an API's JSON or a stream as a page or a script. And the
+    request keeps the response it got, for the access line should its client go away mid-way."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    request[_PREPARED] = response
 
 
 async def forbid_storing(request: web.Request, response: web.StreamResponse) -> None:
@@ -95,7 +111,7 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
             finally:
                 admission.leave(admitted)
         except HandraiseError as e:
-            if e.status >= 500 and not isinstance(e, OverloadedError):  # shedding is not a failure
+            if e.status >= 500 and not isinstance(e, (OverloadedError, ShuttingDownError)):  # nor are these
                 log.error("request failed", extra={"path": mask_tokens(request.path), "code": e.code})
             return error_response(e)
         except web.HTTPException as e:
@@ -109,8 +125,19 @@ def api_middleware(admission: WriteAdmission | None = None) -> Middleware:
                 return error_response(NotFoundError("no such path"))
             code = _HTTP_CODES.get(e.status, "http_error")
             return json_response(error_body(code, code.replace("_", " ")), status=e.status)
-        except ConnectionResetError:  # the client went away: nothing to answer, nothing failed here
-            raise
+        except (web.RequestPayloadError, HttpProcessingError):
+            # A body aiohttp's parser refused on the way in (broken chunks, gzip that is not): the client's.
+            return error_response(BadRequestError("the request body could not be read"))
+        except ConnectionError:
+            transport = request.transport
+            if transport is not None and not transport.is_closing():
+                log.exception("unhandled error", extra={"path": mask_tokens(request.path)})  # not our client's
+                return json_response(error_body("internal", "internal error"), status=500)
+            # The client went away (a closed event stream, a dropped long-poll, a body cut short): normal, and
+            # nothing is left to answer. The response it had, or 499, is what the access line counts.
+            log.debug("client went away", extra={"path": request.path})
+            prepared = request.get(_PREPARED)
+            return prepared if prepared is not None else web.Response(status=CLIENT_CLOSED)
         except Exception:
             log.exception("unhandled error", extra={"path": mask_tokens(request.path)})
             return json_response(error_body("internal", "internal error"), status=500)

@@ -147,9 +147,7 @@ async def human_feedback(request: web.Request) -> web.StreamResponse:
     # Only the create counts against the bound on writes in flight, not the wait after it.
     with request.app[ADMISSION].admit():
         view, _ = await service.create(tenant_id=principal.tenant_id, principal=principal.name, body=body)
-    while not view.terminal:
-        remaining = view.expires_at - service.clock()
-        view = await service.wait(tenant_id=principal.tenant_id, request_id=view.id, timeout=max(remaining, 0) + 1)
+    view = await service.until_terminal(tenant_id=principal.tenant_id, view=view)
     return await send_view(request, principal, view)
 
 

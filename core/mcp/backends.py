@@ -59,9 +59,10 @@ class ServiceBackend:
     async def settle(self, record: RequestRecord) -> RequestRecord:
         service, tenant = self.service, self.principal.tenant_id
         view = await service.get(tenant_id=tenant, request_id=record.id, with_deliveries=False)
-        while not view.terminal:
-            remaining = view.expires_at - service.clock()
-            view = await service.wait(tenant_id=tenant, request_id=view.id, timeout=max(remaining, 0) + 1)
+        try:
+            view = await service.until_terminal(tenant_id=tenant, view=view)
+        except HandraiseError as e:  # the server is stopping: the tool call ends with why, to be made again
+            raise _tool_error(e) from None
         settled = self._record(view)
         purge = service.response_delivered(view) if view.sensitive and view.has_response else None
         if purge is not None:

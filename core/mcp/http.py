@@ -20,13 +20,15 @@ from typing import Any
 from aiohttp import web
 
 from handraise.core.appkeys import KEYRING, SETTINGS
-from handraise.core.errors import UnavailableError
+from handraise.core.errors import ShuttingDownError
 
 
 PATH = "/mcp"
 # ASGI runs outliving a cancelled aiohttp handler, held so they are not collected mid-flight; each
 # ends with its request (the session manager's shutdown ends any still running).
 _DETACHED: set[asyncio.Future[None]] = set()
+# At shutdown, how long the tool calls under way may take to send their results before the sessions stop.
+_CALLS_ENDING_SECONDS = 1.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,18 +43,27 @@ class McpMount:
         self._sessions: Any = None  # core.mcp.sessions.McpSessions once started
         self._starting = asyncio.Lock()
         self._closed = False
+        # Messages being answered (POST): a tool call ended by the shutdown still sends its result.
+        self._posts: set[asyncio.Task[Any]] = set()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         principal = await request.app[KEYRING].authenticate(request)
         principal.require("ask")
         sessions = await self._started()
-        return await sessions.handle(request, principal)
+        task = asyncio.current_task()
+        if request.method != "POST" or task is None:
+            return await sessions.handle(request, principal)
+        self._posts.add(task)
+        try:
+            return await sessions.handle(request, principal)
+        finally:
+            self._posts.discard(task)
 
     async def _started(self) -> Any:
         async with self._starting:
             if self._sessions is None:
                 if self._closed:
-                    raise UnavailableError("the server is shutting down")
+                    raise ShuttingDownError("the server is shutting down")
                 from handraise.core.mcp.sessions import McpSessions
 
                 sessions = McpSessions(self.app)
@@ -60,12 +71,20 @@ class McpMount:
                 self._sessions = sessions
             return self._sessions
 
-    async def ctx(self, app: web.Application) -> AsyncIterator[None]:
-        yield
+    async def close(self, app: web.Application) -> None:
+        """Stop the sessions, which ends their streams (``GET /mcp``): at shutdown (``on_shutdown``), before
+        aiohttp waits for handlers, and at the latest with the app. The tool calls under way go first (the
+        app's shutdown has ended their waits): each sends its result, which stopping would cut off."""
+        if self._posts:
+            await asyncio.wait(set(self._posts), timeout=_CALLS_ENDING_SECONDS)
         async with self._starting:
             self._closed = True
             if self._sessions is not None:
                 await self._sessions.stop()
+
+    async def ctx(self, app: web.Application) -> AsyncIterator[None]:
+        yield
+        await self.close(app)
 
 
 def setup(app: web.Application) -> None:
@@ -75,6 +94,7 @@ def setup(app: web.Application) -> None:
     mount = McpMount(app)
     for method in ("POST", "GET", "DELETE"):  # messages, the server's event stream, closing a session
         app.router.add_route(method, PATH, mount.handle)
+    app.on_shutdown.append(mount.close)
     app.cleanup_ctx.append(mount.ctx)
 
 

@@ -10,11 +10,19 @@ silently accepted (``"timeout_seconds": true`` made a request that expired in 1 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import re
 import secrets
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api
+from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, settings_from, web_app
+from tests.core.test_observability import _scrape as scrape
+from tests.core.test_observability import _value as metric
+from tests.core.test_observability import logged_app
+from tests.webforms.test_inbox_http import PUBLIC, signed_in
 
 
 BIG = 2**53  # one past the largest integer JSON keeps exact
@@ -332,3 +340,130 @@ async def test_every_tenant_response_and_every_error_says_no_store(sqlite_api: A
     for path in ("/v1/capabilities", "/.well-known/openwop", "/.well-known/hitl.json", "/openapi.json", "/healthz"):
         async with api.session.get(api.url(path)) as resp:
             assert resp.status == 200 and "Cache-Control" not in resp.headers, path
+
+
+# ---- logs and malformed HTTP (issue 29)
+
+# A line a client would like the log to show as the server's own.
+FORGED = "1999-12-31T23:59:59.000000Z [info     ] request answered"
+# Only as an escape may these reach a log: C0 (CR, ESC, NUL ...; LF ends a line), DEL, C1 (NEL), the line
+# and paragraph separators, bidi overrides and isolates.
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# How a console line starts: a record's timestamp, or a traceback's indented line.
+CONSOLE_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z \[|\s")
+
+
+def assert_only_records(text: str, log_format: str) -> list[Any]:
+    """Every line of ``text`` is one the renderer made (JSON objects, or console records and their indented
+    tracebacks) and none is the client's; returns the JSON records."""
+    assert not RAW_CONTROL.search(text), RAW_CONTROL.search(text)
+    lines = text.split("\n")[:-1]
+    assert lines and text.endswith("\n")
+    if log_format == "json":
+        return [json.loads(line) for line in lines]  # each line one whole object
+    for line in lines:
+        assert CONSOLE_LINE.match(line) and not line.startswith(FORGED[:4]), line
+    return []
+
+
+async def raw_http(api: Api, raw: bytes) -> bytes:
+    """Send ``raw`` on a connection of its own; what came back once the server closed it."""
+    reader, writer = await asyncio.open_connection(api.server.host, api.server.port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def http_status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+async def test_nothing_a_client_sends_starts_a_log_line(tmp_path: Path, log_format: str) -> None:
+    forged = "%0d%0a" + FORGED.replace(" ", "%20") + "%1b[2J%c2%85%e2%80%a8%e2%80%ae%e2%81%a6"
+    async with logged_app(tmp_path, log_format=log_format) as (api, buffer):
+        answer = await raw_http(api, f"GET /nope{forged} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        assert http_status(answer) == 400 and b'"bad_request"' in answer
+        # A library's record, its fields and a traceback whose message breaks lines go the same way.
+        log = logging.getLogger("handraise.test")
+        log.warning("said %s", "\r\n" + FORGED, extra={"field": "\u2028" + FORGED, "nested": ["\x85" + FORGED]})
+        try:
+            raise ValueError("bad\n" + FORGED + "\x1b[0m")
+        except ValueError:
+            log.exception("failed\r" + FORGED)
+    text = buffer.getvalue()
+    records = assert_only_records(text, log_format)
+    path = "/nope\\r\\n" + FORGED + "\\x1b[2J\\x85\\u2028\\u202e\\u2066"
+    if log_format == "console":
+        assert f"GET {path} 400" in text and "  ValueError: bad\n  " + FORGED + "\\x1b[0m\n" in text
+    else:
+        assert [r["path"] for r in records if r["logger"] == "handraise.access"] == [path]
+        warned, failed = (r for r in records if r["logger"] == "handraise.test")
+        assert warned["event"] == "said \\r\\n" + FORGED and warned["field"] == "\\u2028" + FORGED
+        assert warned["nested"] == ["\\x85" + FORGED] and failed["event"] == "failed\\r" + FORGED
+        assert failed["exception"].splitlines()[-2:] == ["ValueError: bad", FORGED + "\\x1b[0m"]
+
+
+MALFORMED = {
+    "a bare CR": b"GET /nope\r2026-12-04T00:00:00.000000Z [info] forged HTTP/1.1\r\nHost: x\r\n\r\n",
+    "a 20 KB request line": b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "500 headers": b"GET / HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(500)) + b"\r\n",
+    "a NUL in a header": b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+    "a 20 KB header": b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+    "U+2028 in the path": "GET /x\u2028y HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+    "an obsolete folded header": b"GET / HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n",
+    "Content-Length beside chunked": b"POST /v1/requests HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                                     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "a broken chunk": b"POST /v1/requests HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n",
+    "TLS on the HTTP port": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+    "a gzip body that is not": b"POST /v1/requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + AGENT_KEY.encode()
+                               + b"\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                               b"Content-Length: 5\r\nConnection: close\r\n\r\nhello",
+}
+
+
+async def test_malformed_http_is_one_400_line_and_counted(tmp_path: Path) -> None:
+    async with logged_app(tmp_path) as (api, buffer):
+        for name, raw in MALFORMED.items():
+            assert http_status(await raw_http(api, raw)) == 400, name
+        # A method no client of ours sends is counted, but not under its own name.
+        answer = await raw_http(api, b"PROPFIND /v1/requests HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert http_status(answer) == 405
+        _status, _kind, metrics = await scrape(api)
+    records = assert_only_records(buffer.getvalue(), "json")
+    assert not [r for r in records if r["level"] != "info" or "exception" in r], buffer.getvalue()[-3000:]
+    refused = [r for r in records if r.get("logger") == "handraise.access" and r["status"] == 400]
+    assert len(refused) == len(MALFORMED)
+    # What aiohttp's parser refused has no method or path: its words say why, never the client's bytes.
+    unparsed = [r for r in refused if "method" not in r]
+    assert unparsed and all(r["reason"] and "aaaa" not in r["event"] for r in unparsed)
+    counted = {m: metric(metrics, "handraise_http_requests_total", method=m, status="400")
+               for m in ("GET", "POST", "unparsed")}
+    assert counted["unparsed"] == len(unparsed) and sum(counted.values()) == len(MALFORMED), counted
+    assert metric(metrics, "handraise_http_requests_total", method="other", status="405") == 1
+    assert "PROPFIND" not in metrics
+
+
+async def test_every_response_says_nosniff(tmp_path: Path) -> None:
+    """No browser reads an API's JSON, a stream or an error as a page or a script: one header on every
+    response, however written (the inbox's JSON lacked it)."""
+    async with web_app(settings_from(base_config(f"sqlite:///{tmp_path / 'n.db'}"))) as api, \
+            signed_in(api) as browser:
+        request = await api.create(create_body())
+        _status, link = await api.call("POST", f"/v1/requests/{request['id']}/links", key=OPERATOR_KEY, json={})
+        anyone = ["/", "/docs", "/healthz", "/openapi.json", "/v1/capabilities", "/.well-known/openwop", "/nothing",
+                  link["url"][len(PUBLIC):], "/inbox"]
+        agent = [f"/v1/requests/{request['id']}", "/v1/requests?limit=1", "/v1/nothing", "/metrics"]
+        inbox = ["/inbox", "/inbox/api/pending", f"/inbox/api/requests/{request['id']}", f"/inbox/r/{request['id']}",
+                 "/inbox/history", "/inbox/api/requests/nope"]
+        agent_key = {"Authorization": f"Bearer {AGENT_KEY}"}
+        for http, headers, paths in ((api.session, {}, anyone), (api.session, agent_key, agent),
+                                     (browser.http, {}, inbox)):
+            for path in paths:
+                async with http.get(api.url(path), headers=headers, allow_redirects=False) as resp:
+                    assert resp.headers.get("X-Content-Type-Options") == "nosniff", (path, resp.status)
+        async with api.session.get(api.url("/v1/events"), headers={"Authorization": f"Bearer {READER_KEY}"}) as resp:
+            assert resp.status == 200 and resp.headers.get("X-Content-Type-Options") == "nosniff"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientSession
+from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 from conftest import AGENT_KEY, ANNOTATOR_KEY, OPERATOR_KEY, READER_KEY, Api, base_config, settings_from
@@ -37,16 +37,26 @@ def _config(tmp_path: Path) -> dict[str, Any]:
     return config
 
 
+class ServedAsByServe(TestServer):
+    """aiohttp's test server, but with its handlers as ``handraise serve`` runs them: not cancelled when their
+    client goes (the test server cancels them), so a handler meets the client's leaving as in production."""
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        kwargs.pop("handler_cancellation", None)
+        return await super()._make_runner(**kwargs)
+
+
 @contextlib.asynccontextmanager
-async def logged_app(tmp_path: Path, *, level: str = "INFO", **kwargs: Any) -> AsyncIterator[tuple[Api, io.StringIO]]:
-    """The real app behind the access log the CLI installs, logging as JSON lines into a buffer."""
+async def logged_app(tmp_path: Path, *, level: str = "INFO", log_format: str = "json",
+                     **kwargs: Any) -> AsyncIterator[tuple[Api, io.StringIO]]:
+    """The real app behind the access log the CLI installs, logging (JSON lines unless told) into a buffer."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     buffer = io.StringIO()
-    configure_logging(LoggingSettings(level=level, format="json"), stream=buffer)
+    configure_logging(LoggingSettings(level=level, format=log_format), stream=buffer)
     app = await create_app(settings_from(_config(tmp_path)), **kwargs)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server(access_log_class=AccessLog)
+    server = ServedAsByServe(app, host="127.0.0.1", port=0)
+    await server.start_server(access_log_class=AccessLog.serving(app))
     session = ClientSession()
     try:
         yield Api(server=server, app=app, session=session), buffer
